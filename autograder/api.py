@@ -1,0 +1,122 @@
+"""`check`, the one call a test cell makes.
+
+    check("scaled_dot_product_attention", scaled_dot_product_attention)
+
+Full marks: prints a line and returns None (nbgrader gives every point).
+Nothing right: raises CheckFailed (nbgrader gives 0; the notebook shows why).
+Some parts right: prints why and returns the points earned, which nbgrader
+takes as partial credit.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import warnings
+
+from autograder import registry
+from autograder.core import check_exercise
+
+RESULT_MIME = "application/vnd.seqcourse.check+json"
+
+# Outcome of each exercise checked in this kernel, to point at a broken dependency.
+_passed = {}
+
+
+class CheckFailed(AssertionError):
+    """Raised by a test cell whose exercise earned no points."""
+
+    def __init__(self, reason, lines):
+        super().__init__(reason)
+        self.lines = lines
+
+    def _render_traceback_(self):
+        # IPython shows these lines instead of a traceback into the autograder.
+        return ["\x1b[0;31mCheckFailed\x1b[0m: " + self.lines[0]] + self.lines[1:]
+
+
+def hidden_cases_enabled():
+    return os.environ.get("NBGRADER_EXECUTION") == "autograde"
+
+
+def check(name, obj):
+    """Compare the learner's `obj` with the reference exercise `name`."""
+    exercise = registry.get(name)
+    with _quiet_stderr():
+        report = check_exercise(exercise, obj, hidden=hidden_cases_enabled())
+    _passed[name] = report.fraction == 1.0
+    lines, reason = _explain(report)
+    _publish(report, reason)
+    if report.fraction == 1.0:
+        print(lines[0])
+        return None
+    if report.fraction == 0.0:
+        raise CheckFailed(reason, lines)
+    print("\n".join(lines))
+    return report.score
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    # nbgrader zeroes a test cell that writes to stderr, so a harmless warning
+    # from the learner's code is shown on stdout instead.
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"warning: {category.__name__}: {message}", file=sys.stdout)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("once")
+        warnings.showwarning = show
+        with contextlib.redirect_stderr(sys.stdout):
+            yield
+
+
+def _explain(report):
+    ex = report.exercise
+    n = len(report.results)
+    if report.fraction == 1.0:
+        what = "outputs and gradients match" if any(r.case.grad for r in report.results) else "outputs match"
+        return [f"✔ {ex.name}: {_pts(ex.points)}/{_pts(ex.points)} points, {n} cases: {what}."], ""
+    if report.not_implemented:
+        reason = f"{ex.name} is not implemented yet"
+        return [f"✘ {reason} (the stub still raises NotImplementedError)."], reason
+    first = report.failures()[0]
+    where = "a hidden case" if first.case.hidden else f"case [{first.case.label}]"
+    reason = f"{ex.name}: {where}: {first.problem}"
+    if first.diagnosis:
+        reason += f". Likely mistake: {first.diagnosis}"
+    lines = [f"✘ {reason}" if report.fraction == 0 else f"◐ {ex.name}: {_pts(report.score)}/{_pts(ex.points)} points"]
+    if report.fraction > 0:
+        lines.append(f"  ✘ {reason}")
+    for part in ex.part_weights():
+        mark = "✔" if report.part_ok(part) else "✘"
+        if len(ex.part_weights()) > 1:
+            lines.append(f"  {mark} part: {part}")
+    broken = [d for d in ex.depends_on if _passed.get(d) is False]
+    if broken:
+        lines.append(f"  Note: this exercise uses {', '.join(broken)}, which has not passed its check yet; fix that first.")
+    return lines, reason
+
+
+def _pts(x):
+    return f"{x:g}"
+
+
+def _publish(report, reason):
+    """Attach a machine-readable result to the cell, for `python -m autograder check`."""
+    if "IPython" not in sys.modules:
+        return
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        return
+    if get_ipython() is None:
+        return
+    data = {
+        "exercise": report.exercise.name,
+        "score": report.score,
+        "points": report.exercise.points,
+        "status": "passed" if report.fraction == 1 else "not implemented" if report.not_implemented else "failed",
+        "reason": reason,
+    }
+    display({RESULT_MIME: data, "text/plain": ""}, raw=True)

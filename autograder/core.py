@@ -1,0 +1,413 @@
+"""The check machinery: run a learner's function and the reference on the same
+fresh inputs, compare outputs and gradients, and explain the first difference.
+
+Nothing here knows about notebooks or nbgrader; `autograder.api` wraps it for
+the test cells and the command line.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+# Tolerances per dtype: (atol, rtol). A value passes when |a - b| <= atol + rtol * |b|.
+TOLERANCES = {
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (2e-2, 2e-2),
+    torch.float32: (1e-5, 1e-4),
+    torch.float64: (1e-10, 1e-8),
+}
+DEFAULT_TIMEOUT_S = float(os.environ.get("AUTOGRADER_CHECK_TIMEOUT", "60"))
+
+
+@dataclass
+class Call:
+    """The inputs of one case. For a module, `init` holds the constructor arguments."""
+
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    init: tuple | None = None
+
+
+@dataclass
+class Case:
+    """One set of inputs. `make` builds them afresh for every call, from a fixed seed."""
+
+    label: str
+    make: Callable[[], Call]
+    part: str = "main"
+    hidden: bool = False
+    grad: bool = True
+
+
+@dataclass
+class Mistake:
+    """A known wrong implementation and the sentence that names it."""
+
+    name: str
+    says: str
+    impl: Callable
+
+
+@dataclass
+class Exercise:
+    name: str
+    reference: Callable
+    points: float
+    cases: Callable[[], list]
+    mistakes: Sequence[Mistake] = ()
+    parts: dict | None = None  # part name -> weight; None means one part
+    kind: str = "function"  # or "module"
+    depends_on: tuple = ()
+    notebook: str = ""
+
+    def part_weights(self):
+        return self.parts or {"main": 1.0}
+
+
+class CheckTimeout(Exception):
+    pass
+
+
+class StudentError(Exception):
+    """The learner's code raised; `original` is what it raised."""
+
+    def __init__(self, original):
+        super().__init__(f"{type(original).__name__}: {original}")
+        self.original = original
+
+
+@dataclass
+class Outcome:
+    outputs: tuple | None = None
+    grads: dict | None = None
+    error: BaseException | None = None
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    ok: bool
+    problem: str = ""
+    diagnosis: str = ""
+    not_implemented: bool = False
+    timed_out: bool = False
+
+
+@dataclass
+class Report:
+    exercise: Exercise
+    results: list
+    timed_out: bool = False
+
+    @property
+    def fraction(self):
+        weights = self.exercise.part_weights()
+        total = sum(weights.values())
+        passed = sum(w for part, w in weights.items() if self.part_ok(part))
+        return passed / total
+
+    @property
+    def score(self):
+        return round(self.exercise.points * self.fraction, 4)
+
+    def part_ok(self, part):
+        rs = [r for r in self.results if r.case.part == part]
+        return bool(rs) and all(r.ok for r in rs)
+
+    @property
+    def not_implemented(self):
+        return any(r.not_implemented for r in self.results)
+
+    def failures(self):
+        return [r for r in self.results if not r.ok]
+
+
+# ---------------------------------------------------------------- running code
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Stop the learner's code after `seconds` (main thread on Unix only)."""
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable or seconds is None:
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise CheckTimeout(f"did not finish within {seconds:g} s (an endless loop?)")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _tensors_in(obj):
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _tensors_in(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _tensors_in(o)]
+    return []
+
+
+def as_tuple(result):
+    return result if isinstance(result, tuple) else (result,)
+
+
+def run(exercise, impl, case, reference_module=None, timeout=DEFAULT_TIMEOUT_S):
+    """Call `impl` on fresh inputs of `case`; return its outputs and gradients.
+
+    For a module exercise, `impl` is the class; the reference module's weights
+    are copied into the learner's module so both compute the same function.
+    """
+    call = case.make()
+    inputs = {}
+    if case.grad:
+        for i, t in enumerate(_tensors_in((call.args, call.kwargs))):
+            if t.is_floating_point():
+                t.requires_grad_(True)
+                inputs[f"input {i}"] = t
+    try:
+        with time_limit(timeout):
+            if exercise.kind == "module":
+                fn = impl(*call.init)
+                if reference_module is not None:
+                    load_weights(fn, reference_module)
+                if case.grad:
+                    inputs.update({name: p for name, p in fn.named_parameters()})
+            else:
+                fn = impl
+            result = fn(*call.args, **call.kwargs)
+    except CheckTimeout as e:
+        return Outcome(error=e)
+    except Exception as e:  # the learner's code may raise anything
+        return Outcome(error=e)
+    outputs = as_tuple(result)
+    grads = None
+    if case.grad and inputs:
+        grads = _gradients(outputs, inputs)
+    return Outcome(outputs=outputs, grads=grads)
+
+
+def _gradients(outputs, inputs):
+    float_outputs = [o for o in outputs if isinstance(o, torch.Tensor) and o.is_floating_point()]
+    if not float_outputs or not all(o.requires_grad for o in float_outputs):
+        return "missing"
+    g = torch.Generator().manual_seed(1234)
+    loss = sum(
+        (o * torch.randn(o.shape, generator=g, dtype=o.dtype)).nansum() for o in float_outputs
+    )
+    names = list(inputs)
+    try:
+        grads = torch.autograd.grad(loss, [inputs[n] for n in names], allow_unused=True)
+    except Exception as e:
+        return StudentError(e)
+    return dict(zip(names, grads))
+
+
+class WeightMismatch(Exception):
+    pass
+
+
+def load_weights(student_module, reference_module):
+    """Copy the reference's parameters into the learner's module, by name."""
+    if not isinstance(student_module, torch.nn.Module):
+        raise WeightMismatch(f"constructing it gave a {type(student_module).__name__}, not an nn.Module")
+    ref = reference_module.state_dict()
+    mine = student_module.state_dict()
+    missing = sorted(set(ref) - set(mine))
+    extra = sorted(set(mine) - set(ref))
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append("missing " + ", ".join(missing))
+        if extra:
+            parts.append("unexpected " + ", ".join(extra))
+        raise WeightMismatch("its parameters should be " + ", ".join(sorted(ref)) + " (" + "; ".join(parts) + ")")
+    for name, value in ref.items():
+        if mine[name].shape != value.shape:
+            raise WeightMismatch(
+                f"parameter {name} has shape {tuple(mine[name].shape)}, expected {tuple(value.shape)}"
+            )
+    student_module.load_state_dict(ref)
+
+
+# ---------------------------------------------------------------- comparing
+
+
+def _fmt(x):
+    return f"{x:.3g}"
+
+
+def compare_tensor(what, got, want):
+    """Return '' when `got` matches `want`, else one sentence saying how it differs."""
+    if not isinstance(got, torch.Tensor):
+        kind = type(got).__module__ + "." + type(got).__name__ if type(got).__module__ != "builtins" else type(got).__name__
+        return f"{what} is a {kind}, expected a torch.Tensor"
+    if got.shape != want.shape:
+        return f"{what} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    if got.dtype != want.dtype:
+        return f"{what} has dtype {got.dtype}, expected {want.dtype}"
+    if got.device != want.device:
+        return f"{what} is on {got.device}, expected {want.device}"
+    if want.dtype == torch.bool or not want.is_floating_point():
+        wrong = (got != want).sum().item()
+        return f"{what} differs in {wrong} of {want.numel()} entries" if wrong else ""
+    got, want = got.detach(), want.detach()
+    bad_got = ~torch.isfinite(got)
+    bad_want = ~torch.isfinite(want)
+    if bool((bad_got & ~bad_want).any()):
+        n = int((bad_got & ~bad_want).sum())
+        kind = "NaN" if bool(torch.isnan(got).any()) else "inf"
+        return f"{what} contains {kind} in {n} entries where the reference is finite"
+    atol, rtol = TOLERANCES.get(want.dtype, (1e-5, 1e-4))
+    diff = (got - want).abs().nan_to_num(0.0)
+    limit = atol + rtol * want.abs().nan_to_num(0.0)
+    if bool((diff > limit).any()):
+        return f"{what} is off by up to {_fmt(diff.max().item())} (tolerance {_fmt(atol)} + {_fmt(rtol)}·|expected|)"
+    return ""
+
+
+def compare_outcomes(got, want):
+    """'' when the learner's outputs and gradients match the reference's."""
+    if len(want.outputs) > 1 and len(got.outputs) != len(want.outputs):
+        return f"returned {len(got.outputs)} value(s), expected a tuple of {len(want.outputs)}"
+    if len(want.outputs) == 1 and len(got.outputs) != 1:
+        return f"returned a tuple of {len(got.outputs)}, expected a single tensor"
+    names = ["output"] if len(want.outputs) == 1 else [f"returned value {i + 1}" for i in range(len(want.outputs))]
+    for name, g, w in zip(names, got.outputs, want.outputs):
+        problem = compare_tensor(name, g, w)
+        if problem:
+            return problem
+    if want.grads is None or want.grads == "missing":
+        return ""
+    if got.grads == "missing":
+        return "the output carries no gradient (was it detached, or computed outside torch?)"
+    if isinstance(got.grads, StudentError):
+        return f"backpropagating through it raised {got.grads}"
+    for name, w in want.grads.items():
+        g = got.grads.get(name)
+        if w is None:
+            continue
+        if g is None:
+            return f"no gradient reaches {name}"
+        problem = compare_tensor(f"the gradient for {name}", g, w)
+        if problem:
+            return problem
+    return ""
+
+
+def same_outputs(a, b):
+    """Whether two outcomes computed the same thing (NaN equals NaN), for naming mistakes."""
+    if a.error is not None or b.error is not None:
+        return (
+            a.error is not None
+            and b.error is not None
+            and type(a.error) is type(b.error)
+            and str(a.error) == str(b.error)
+        )
+    if len(a.outputs) != len(b.outputs):
+        return False
+    for x, y in zip(a.outputs, b.outputs):
+        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+            return False
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        x, y = x.detach(), y.detach()
+        if x.is_floating_point():
+            atol, rtol = TOLERANCES.get(x.dtype, (1e-5, 1e-4))
+            if not torch.allclose(x, y, atol=atol, rtol=rtol, equal_nan=True):
+                return False
+        elif not torch.equal(x, y):
+            return False
+    return True
+
+
+def describe_error(e):
+    msg = str(e).strip().splitlines()
+    first = msg[0] if msg else ""
+    if len(first) > 200:
+        first = first[:200] + "…"
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+# ---------------------------------------------------------------- one exercise
+
+
+def _forward_only(case):
+    return Case(case.label, case.make, case.part, case.hidden, grad=False)
+
+
+def _reference_module(exercise, case):
+    if exercise.kind != "module":
+        return None
+    torch.manual_seed(0)
+    return exercise.reference(*case.make().init)
+
+
+def diagnose(exercise, failed):
+    """The known mistake that reproduces the learner's output on the most failed cases.
+
+    `failed` is a list of (case, learner's outcome). Ties go to the mistake
+    listed first in the catalog.
+    """
+    best, best_hits = None, 0
+    for mistake in exercise.mistakes:
+        hits = 0
+        for case, outcome in failed:
+            theirs = run(exercise, mistake.impl, _forward_only(case), _reference_module(exercise, case))
+            hits += same_outputs(outcome, theirs)
+        if hits > best_hits:
+            best, best_hits = mistake, hits
+    return best
+
+
+def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S):
+    """Compare the learner's `impl` with the reference on one case: (CaseResult, outcome)."""
+    ref_module = _reference_module(exercise, case)
+    want = run(exercise, exercise.reference, case, ref_module)
+    if want.error is not None:
+        raise RuntimeError(f"the reference failed on case {case.label!r}: {want.error!r}") from want.error
+    got = run(exercise, impl, case, ref_module, timeout=timeout)
+    if got.error is not None:
+        e = got.error
+        if isinstance(e, NotImplementedError):
+            return CaseResult(case, False, "not implemented yet (the stub still raises NotImplementedError)", not_implemented=True), got
+        if isinstance(e, CheckTimeout):
+            return CaseResult(case, False, str(e), timed_out=True), got
+        if isinstance(e, WeightMismatch):
+            return CaseResult(case, False, f"its weights could not be loaded: {e}"), got
+        return CaseResult(case, False, f"raised {describe_error(e)}"), got
+    return CaseResult(case, not (problem := compare_outcomes(got, want)), problem), got
+
+
+def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S):
+    """Run every case (the hidden ones too when `hidden`) and return a Report."""
+    results, failed = [], []
+    for case in exercise.cases():
+        if case.hidden and not hidden:
+            continue
+        result, outcome = check_case(exercise, impl, case, timeout)
+        results.append(result)
+        if result.not_implemented or result.timed_out:
+            return Report(exercise, results)
+        if not result.ok:
+            failed.append((case, outcome))
+    if failed:
+        mistake = diagnose(exercise, failed)
+        if mistake is not None:
+            for r in results:
+                r.diagnosis = "" if r.ok else mistake.says
+    return Report(exercise, results)

@@ -1,0 +1,26 @@
+"""Random inputs for the checks, drawn at check time from fixed seeds."""
+import torch
+
+
+class Draw:
+    """A seeded source of tensors: Draw(seed).randn(2, 3) is the same on every machine."""
+
+    def __init__(self, seed):
+        self.g = torch.Generator().manual_seed(seed)
+
+    def randn(self, *shape, dtype=torch.float32):
+        return torch.randn(shape, generator=self.g, dtype=torch.float64).to(dtype)
+
+    def integers(self, low, high, *shape):
+        return torch.randint(low, high, shape, generator=self.g)
+
+    def mask(self, *shape, p_allowed=0.7):
+        """A random boolean mask (True = allowed) with at least one allowed key per row."""
+        m = torch.rand(shape, generator=self.g) < p_allowed
+        first = self.integers(0, shape[-1], *shape[:-1])
+        return m | torch.nn.functional.one_hot(first, shape[-1]).bool()
+
+
+def dims(**sizes):
+    """A readable case label: dims(B=2, T=5) -> 'B=2, T=5'."""
+    return ", ".join(f"{k}={v}" for k, v in sizes.items())

@@ -1,0 +1,155 @@
+"""The checks themselves: the reference passes, every catalogued mistake fails
+with its own diagnosis (mutation tests), and bad outputs get a clear reason."""
+import numpy as np
+import pytest
+import torch
+
+from autograder import CheckFailed, check, registry
+from autograder.core import check_exercise
+
+EXERCISES = registry.all_exercises()
+MISTAKES = [(ex, m) for ex in EXERCISES for m in ex.mistakes]
+
+
+def ids(x):
+    return x.name
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=ids)
+def test_reference_passes_public_and_hidden_cases(exercise):
+    report = check_exercise(exercise, exercise.reference, hidden=True)
+    assert report.fraction == 1.0, [(r.case.label, r.problem) for r in report.failures()]
+    assert any(r.case.hidden for r in report.results), "every exercise needs hidden cases"
+    assert any(not r.case.hidden for r in report.results)
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=ids)
+def test_hidden_cases_only_run_under_autograde(exercise, monkeypatch):
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    from autograder.api import hidden_cases_enabled
+
+    assert not hidden_cases_enabled()
+    report = check_exercise(exercise, exercise.reference, hidden=hidden_cases_enabled())
+    assert not any(r.case.hidden for r in report.results)
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert hidden_cases_enabled()
+
+
+@pytest.mark.parametrize("exercise,mistake", MISTAKES, ids=lambda x: x.name)
+def test_each_mistake_is_caught_and_named(exercise, mistake):
+    report = check_exercise(exercise, mistake.impl, hidden=True)
+    assert report.fraction < 1.0, f"{mistake.name} passed the check"
+    failure = report.failures()[0]
+    assert failure.diagnosis == mistake.says, f"diagnosed as {failure.diagnosis!r}"
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=ids)
+def test_mistakes_differ_from_reference_on_public_cases(exercise):
+    # A mistake only the hidden cases catch would leave learners without feedback.
+    for mistake in exercise.mistakes:
+        assert check_exercise(exercise, mistake.impl).fraction < 1.0, mistake.name
+
+
+def test_catalog_sentences_are_single_lines():
+    for ex, m in MISTAKES:
+        assert "\n" not in m.says and m.says.endswith("."), (ex.name, m.name)
+
+
+def test_points_and_parts_are_consistent():
+    for ex in EXERCISES:
+        assert ex.points > 0
+        parts = {c.part for c in ex.cases()}
+        assert parts == set(ex.part_weights()), ex.name
+
+
+# ---------------------------------------------------------------- bad outputs, clear reasons
+
+SDPA = "scaled_dot_product_attention"
+
+
+def run_check(fn, name=SDPA):
+    """(score or None, printed reason) as a test cell would see them."""
+    try:
+        return check(name, fn), ""
+    except CheckFailed as e:
+        return 0.0, str(e)
+
+
+def stub(q, k, v, mask=None):
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize(
+    "fn,expected",
+    [
+        (stub, "not implemented yet"),
+        (lambda q, k, v, mask=None: (q.detach().numpy(), q.detach().numpy()), "numpy.ndarray, expected a torch.Tensor"),
+        (lambda q, k, v, mask=None: q, "expected a tuple of 2"),
+        (lambda q, k, v, mask=None: (v[..., :1, :].expand(*q.shape[:-1], v.shape[-1]) * float("nan"), q), "contains NaN"),
+        (lambda q, k, v, mask=None: tuple(t.double() for t in registry.get(SDPA).reference(q, k, v, mask)), "dtype torch.float64"),
+        (lambda q, k, v, mask=None: tuple(t.detach() for t in registry.get(SDPA).reference(q, k, v, mask)), "carries no gradient"),
+        (lambda q, k, v, mask=None: 1 / 0, "raised ZeroDivisionError"),
+    ],
+    ids=["stub", "numpy", "not a tuple", "nan", "dtype", "detached", "raises"],
+)
+def test_bad_outputs_get_a_clear_reason(fn, expected):
+    score, reason = run_check(fn)
+    assert score == 0.0
+    assert expected in reason
+    assert "\n" not in reason
+
+
+def test_endless_loop_is_stopped(monkeypatch):
+    import autograder.core as core
+
+    monkeypatch.setattr(core, "DEFAULT_TIMEOUT_S", 0.5)
+
+    def loops(q, k, v, mask=None):
+        while True:
+            pass
+
+    report = core.check_exercise(registry.get(SDPA), loops, timeout=0.5)
+    assert report.fraction == 0 and "did not finish" in report.failures()[0].problem
+
+
+def test_partial_credit_returns_points_earned(capsys):
+    ex = registry.get(SDPA)
+    nan_rows = next(m for m in ex.mistakes if m.name == "nan_rows").impl
+    score, _ = run_check(nan_rows)
+    weights = ex.part_weights()
+    assert score == pytest.approx(ex.points * (1 - weights["a query with every key masked"] / sum(weights.values())))
+    assert "softmax of a row of -inf" in capsys.readouterr().out
+
+
+def test_full_marks_return_none(capsys):
+    assert check(SDPA, registry.get(SDPA).reference) is None
+    assert "✔" in capsys.readouterr().out
+
+
+def test_warnings_in_learner_code_go_to_stdout(capsys):
+    import warnings
+
+    ref = registry.get(SDPA).reference
+
+    def noisy(q, k, v, mask=None):
+        warnings.warn("harmless", UserWarning)
+        return ref(q, k, v, mask)
+
+    assert check(SDPA, noisy) is None
+    out = capsys.readouterr()
+    assert out.err == "" and "harmless" in out.out
+
+
+def test_unknown_exercise_names_the_known_ones():
+    with pytest.raises(KeyError, match="known exercises"):
+        check("scaled_dot_attention", stub)
+
+
+def test_dependency_hint(capsys):
+    bad_scores = next(m for m in registry.get("attention_scores").mistakes if m.name == "unscaled").impl
+    run_check(bad_scores, "attention_scores")
+    unscaled_sdpa = next(m for m in registry.get(SDPA).mistakes if m.name == "unscaled").impl
+    _, reason = run_check(unscaled_sdpa)
+    with pytest.raises(CheckFailed) as info:
+        check(SDPA, unscaled_sdpa)
+    assert any("attention_scores" in line and "fix that first" in line for line in info.value.lines)
