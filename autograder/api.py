@@ -82,8 +82,11 @@ def _explain(report):
     first = report.failures()[0]
     where = "a hidden case" if first.case.hidden else f"case [{first.case.label}]"
     reason = f"{ex.name}: {where}: {first.problem}"
+    broken = [d for d in ex.depends_on if _passed.get(d) is False]
     if first.diagnosis:
         reason += f". Likely mistake: {first.diagnosis}"
+    elif broken:
+        reason += f". It uses your {', '.join(broken)}, which has not passed its check yet: fix that first."
     lines = [f"✘ {reason}" if report.fraction == 0 else f"◐ {ex.name}: {_pts(report.score)}/{_pts(ex.points)} points"]
     if report.fraction > 0:
         lines.append(f"  ✘ {reason}")
@@ -91,8 +94,7 @@ def _explain(report):
         mark = "✔" if report.part_ok(part) else "✘"
         if len(ex.part_weights()) > 1:
             lines.append(f"  {mark} part: {part}")
-    broken = [d for d in ex.depends_on if _passed.get(d) is False]
-    if broken:
+    if broken and first.diagnosis:
         lines.append(f"  Note: this exercise uses {', '.join(broken)}, which has not passed its check yet; fix that first.")
     return lines, reason
 

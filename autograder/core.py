@@ -7,12 +7,11 @@ the test cells and the command line.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import signal
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -65,6 +64,7 @@ class Exercise:
     parts: dict | None = None  # part name -> weight; None means one part
     kind: str = "function"  # or "module"
     depends_on: tuple = ()
+    returns: tuple = ()  # names of the returned values, for messages
     notebook: str = ""
 
     def part_weights(self):
@@ -280,13 +280,16 @@ def compare_tensor(what, got, want):
     return ""
 
 
-def compare_outcomes(got, want):
+def compare_outcomes(got, want, returns=()):
     """'' when the learner's outputs and gradients match the reference's."""
     if len(want.outputs) > 1 and len(got.outputs) != len(want.outputs):
         return f"returned {len(got.outputs)} value(s), expected a tuple of {len(want.outputs)}"
     if len(want.outputs) == 1 and len(got.outputs) != 1:
         return f"returned a tuple of {len(got.outputs)}, expected a single tensor"
-    names = ["output"] if len(want.outputs) == 1 else [f"returned value {i + 1}" for i in range(len(want.outputs))]
+    if len(returns) == len(want.outputs):
+        names = [f"the {r}" for r in returns]
+    else:
+        names = ["the output"] if len(want.outputs) == 1 else [f"returned value {i + 1}" for i in range(len(want.outputs))]
     for name, g, w in zip(names, got.outputs, want.outputs):
         problem = compare_tensor(name, g, w)
         if problem:
@@ -390,7 +393,7 @@ def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S):
         if isinstance(e, WeightMismatch):
             return CaseResult(case, False, f"its weights could not be loaded: {e}"), got
         return CaseResult(case, False, f"raised {describe_error(e)}"), got
-    return CaseResult(case, not (problem := compare_outcomes(got, want)), problem), got
+    return CaseResult(case, not (problem := compare_outcomes(got, want, exercise.returns)), problem), got
 
 
 def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S):

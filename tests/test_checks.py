@@ -153,3 +153,17 @@ def test_dependency_hint(capsys):
     with pytest.raises(CheckFailed) as info:
         check(SDPA, unscaled_sdpa)
     assert any("attention_scores" in line and "fix that first" in line for line in info.value.lines)
+
+
+@pytest.mark.parametrize("exercise,mistake", MISTAKES, ids=lambda x: x.name)
+def test_mistake_source_is_self_contained(exercise, mistake):
+    # Pasted into a notebook (demo, nbgrader tests), a mistake must not lean on
+    # another exercise's function, or mistakes in one submission would interact.
+    import math
+
+    from autograder.release import mistake_source
+
+    namespace = {"torch": torch, "math": math, "nn": torch.nn, "F": torch.nn.functional}
+    exec(mistake_source(exercise.name, mistake), namespace)
+    report = check_exercise(exercise, namespace[exercise.name], hidden=True)
+    assert report.failures() and report.failures()[0].diagnosis == mistake.says

@@ -2,8 +2,9 @@
 
 Each known mistake is a complete wrong implementation, written as a learner
 would write it. The checks name a mistake when its output equals the learner's;
-the repository's tests run every one through its check (mutation tests), and
-`python -m autograder release` pastes some into the demo submissions.
+the repository's tests run every one through its check (mutation tests), also
+pasted into a notebook and graded by nbgrader. So each one is self-contained:
+it uses only torch, math and nn, never another exercise's function.
 """
 import math
 
@@ -13,7 +14,6 @@ from torch import nn
 import solutions_lib as sl
 from autograder.core import Call, Case, Exercise, Mistake
 from autograder.inputs import Draw, dims
-from solutions_lib import scaled_dot_product_attention  # used by the SelfAttention mistakes
 
 NOTEBOOK = "05_self_attention"
 
@@ -297,7 +297,12 @@ class SelfAttentionUnprojectedValues(nn.Module):
         self.W_v = nn.Linear(d_model, d_k, bias=False)
 
     def forward(self, x, mask=None):
-        return scaled_dot_product_attention(self.W_q(x), self.W_k(x), x, mask)
+        q, k, v = self.W_q(x), self.W_k(x), x
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        return weights @ v, weights
 
 
 class SelfAttentionIgnoresMask(nn.Module):
@@ -308,7 +313,9 @@ class SelfAttentionIgnoresMask(nn.Module):
         self.W_v = nn.Linear(d_model, d_k, bias=False)
 
     def forward(self, x, mask=None):
-        return scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x))
+        q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+        return weights @ v, weights
 
 
 class SelfAttentionWithBias(nn.Module):
@@ -319,7 +326,12 @@ class SelfAttentionWithBias(nn.Module):
         self.W_v = nn.Linear(d_model, d_k)
 
     def forward(self, x, mask=None):
-        return scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), mask)
+        q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        return weights @ v, weights
 
 
 # ---------------------------------------------------------------- the catalog
@@ -334,6 +346,7 @@ EXERCISES = [
         sl.qkv_projections,
         points=1,
         cases=qkv_cases,
+        returns=("queries", "keys", "values"),
         mistakes=[
             Mistake("same_matrix", "you used W_q for the keys and values too; each of q, k, v has its own matrix.", qkv_same_matrix),
             Mistake("transposed", "you multiplied by W.T; with W of shape (d_model, d_k) the projection is x @ W.", qkv_transposed),
@@ -359,6 +372,7 @@ EXERCISES = [
         cases=sdpa_cases,
         parts={"no mask": 2, "masks": 1.5, "a query with every key masked": 0.5},
         depends_on=("attention_scores",),
+        returns=("output", "weights"),
         mistakes=[
             Mistake("unscaled", UNSCALED, sdpa_unscaled),
             Mistake("divided_by_dk", BY_DK, sdpa_divided_by_dk),
@@ -403,6 +417,7 @@ EXERCISES = [
         kind="module",
         parts={"no mask": 2, "with a mask": 1},
         depends_on=("scaled_dot_product_attention",),
+        returns=("output", "weights"),
         mistakes=[
             Mistake("unprojected_values", "you used x itself as the values; project them with W_v.", SelfAttentionUnprojectedValues),
             Mistake("ignores_mask", "forward ignores its mask; pass it on to scaled_dot_product_attention.", SelfAttentionIgnoresMask),

@@ -1,0 +1,79 @@
+"""python -m autograder {check, release, grade, demo}"""
+import argparse
+import sys
+
+from autograder.course import CourseError
+
+USAGE = """
+  python -m autograder check NOTEBOOK...        grade your notebook(s) locally (students)
+  python -m autograder release                  generate notebooks/ from solutions/ (instructors)
+  python -m autograder grade COURSE [--jobs N]  autograde COURSE/submitted/ with nbgrader (instructors)
+  python -m autograder demo                     the instructor pipeline on example submissions
+"""
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m autograder", description="Checks and grading for the course.", usage=USAGE)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("check", help="run notebooks in a fresh kernel and grade them")
+    p.add_argument("notebooks", nargs="+", metavar="NOTEBOOK")
+    p.add_argument("--junitxml", metavar="PATH", help="also write a JUnit XML report")
+    p.add_argument("--timeout", type=int, default=300, help="seconds allowed per cell (default 300)")
+
+    p = sub.add_parser("release", help="generate notebooks/ (and the demo submissions) from solutions/")
+    p.add_argument("assignments", nargs="*", help="only these assignments (default: all)")
+    p.add_argument("--dest", help="write the student notebooks here instead of notebooks/")
+
+    p = sub.add_parser("grade", help="autograde COURSE/submitted/<student>/<assignment>/<notebook>.ipynb")
+    p.add_argument("course", metavar="COURSE", help="the course folder (holding submitted/), or submitted/ itself")
+    p.add_argument("--jobs", "-j", type=int, default=1, help="students graded at a time (default 1)")
+    p.add_argument("--force", action="store_true", help="regrade everything, not only what changed")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("demo", help="grade the example submissions in a temporary course folder")
+    p.add_argument("--jobs", "-j", type=int, default=2)
+    p.add_argument("--keep", metavar="DIR", help="grade in DIR and keep the results")
+
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except CourseError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def run(args):
+    if args.command == "check":
+        from autograder.check_notebook import check
+
+        return check(args.notebooks, junitxml=args.junitxml, timeout=args.timeout)
+    if args.command == "release":
+        from autograder.course import find_root
+        from autograder.release import release
+
+        root = find_root()
+        dest = release(root, dest=args.dest, names=args.assignments or None)
+        print(f"released {', '.join(args.assignments) or 'every assignment'} into {dest}")
+        return 0
+    if args.command == "grade":
+        from autograder.demo import summary
+        from autograder.grade import Grader
+
+        if args.jobs < 1:
+            raise CourseError("--jobs must be at least 1")
+        grader = Grader(args.course)
+        graded, skipped, failed = grader.run(jobs=args.jobs, force=args.force, progress=not args.no_progress)
+        print(f"graded {len(graded)}, unchanged {len(skipped)}, failed {len(failed)}")
+        print(summary(grader.course))
+        print(f"\ngrades: {grader.course / 'grades.csv'}   feedback: {grader.course / 'feedback'}")
+        return 1 if failed else 0
+    if args.command == "demo":
+        from autograder.demo import demo
+
+        return demo(jobs=args.jobs, keep=args.keep)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

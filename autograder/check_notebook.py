@@ -1,0 +1,70 @@
+"""`python -m autograder check NOTEBOOK...`: run notebooks in a fresh kernel, grade them with pytest.
+
+Each notebook is executed top to bottom once (errors do not stop it, as in
+nbgrader); then pytest runs one test per graded cell, so `--junitxml` and the
+usual pytest reporting work.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+from autograder.course import CourseError, tool_env
+from autograder.results import notebook_results, table
+
+DEFAULT_CELL_TIMEOUT = 300
+
+
+def execute(path, timeout=DEFAULT_CELL_TIMEOUT):
+    """Run a notebook in a fresh kernel in its own folder; return the executed copy."""
+    from nbclient import NotebookClient
+
+    path = Path(path)
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except FileNotFoundError:
+        raise CourseError(f"{path}: no such notebook") from None
+    except Exception as e:
+        raise CourseError(f"{path} is not a readable notebook ({type(e).__name__}: {e})") from None
+    env = tool_env()
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        client = NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            allow_errors=True,
+            resources={"metadata": {"path": str(path.parent.resolve())}},
+        )
+        client.execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    return nb
+
+
+def check(paths, junitxml=None, timeout=DEFAULT_CELL_TIMEOUT, echo=print):
+    """Execute and grade each notebook; return pytest's exit code (0 = everything passed)."""
+    import pytest
+
+    with tempfile.TemporaryDirectory() as tmp:
+        result_files = []
+        for path in paths:
+            echo(f"running {path} in a fresh kernel…")
+            nb = execute(path, timeout)
+            rows = notebook_results(nb)
+            if not rows:
+                raise CourseError(f"{path} has no graded cells")
+            out = Path(tmp) / (Path(path).stem + ".results.json")
+            out.write_text(json.dumps({"notebook": str(path), "rows": [r.__dict__ for r in rows]}))
+            result_files.append(out)
+            echo(table(rows, title=f"\n{path}"))
+        args = ["-q", "--tb=no", "-p", "autograder.pytest_plugin", "-p", "no:cacheprovider", "--rootdir", tmp, "-o", "addopts=", "-o", "testpaths="]
+        if junitxml:
+            args.append(f"--junitxml={Path(junitxml).resolve()}")
+        return int(pytest.main(args + [str(f) for f in result_files]))

@@ -1,0 +1,53 @@
+"""Where the course lives on disk, and running nbgrader on it."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+class CourseError(Exception):
+    """A problem the user can fix; the command line prints it without a traceback."""
+
+
+def find_root(start=None):
+    """The course repository: the folder holding nbgrader_config.py and solutions/."""
+    candidates = [Path(start or os.getcwd()).resolve()]
+    candidates += list(candidates[0].parents)
+    candidates.append(Path(__file__).resolve().parent.parent)  # an editable install
+    for folder in candidates:
+        if (folder / "nbgrader_config.py").is_file() and (folder / "solutions").is_dir():
+            return folder
+    raise CourseError(
+        "could not find the course repository (a folder with nbgrader_config.py and solutions/); "
+        "run this command from inside it"
+    )
+
+
+def assignments(root):
+    """Assignment names, in course order: the folders NN_name of solutions/."""
+    folder = Path(root) / "solutions"
+    return sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name[:2].isdigit() and (p / f"{p.name}.ipynb").is_file())
+
+
+def tool_env():
+    """Environment for nbgrader and kernels: this interpreter's scripts first on PATH."""
+    env = dict(os.environ)
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.pop("NBGRADER_EXECUTION", None)
+    return env
+
+
+def nbgrader(root, *args, cwd=None, timeout=None):
+    """Run `nbgrader ARGS` with the course's config; return the CompletedProcess."""
+    cmd = [sys.executable, "-m", "nbgrader", *args, f"--config={Path(root) / 'nbgrader_config.py'}"]
+    return subprocess.run(
+        cmd, cwd=cwd or root, env=tool_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def sqlite_url(path):
+    return "sqlite:///" + str(Path(path).resolve())

@@ -1,0 +1,64 @@
+"""Reading an executed notebook's graded cells: one row per exercise."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autograder.api import RESULT_MIME
+
+
+@dataclass
+class CellResult:
+    exercise: str
+    score: float
+    points: float
+    status: str  # passed | partial | failed | not implemented | error
+    reason: str
+
+
+def _grade(cell):
+    """nbgrader's own rule (error or stderr -> 0; a number -> partial; else full)."""
+    from nbgrader.utils import determine_grade
+
+    return determine_grade(cell)
+
+
+def notebook_results(nb):
+    """A CellResult for every graded test cell of an executed notebook, in order."""
+    rows = []
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+            continue
+        score, points = _grade(cell)
+        published = next((o["data"][RESULT_MIME] for o in cell.get("outputs", []) if RESULT_MIME in o.get("data", {})), None)
+        error = next((o for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
+        exercise = published["exercise"] if published else meta.get("grade_id", "?").removeprefix("check_")
+        if published and published["status"] == "not implemented":
+            status, reason = "not implemented", published["reason"]
+        elif score == points:
+            status, reason = "passed", ""
+        elif published:
+            status, reason = ("partial" if score > 0 else "failed"), published["reason"]
+        elif error is not None:
+            status, reason = "error", f"{error.get('ename')}: {error.get('evalue', '')}".strip()
+        else:
+            status, reason = "failed", "the cell wrote to stderr or produced no result"
+        rows.append(CellResult(exercise, float(score), float(points), status, _one_line(reason)))
+    return rows
+
+
+def _one_line(text):
+    text = " ".join(str(text).split())
+    return text if len(text) <= 400 else text[:400] + "…"
+
+
+def table(rows, title=None):
+    """A plain-text table of CellResults."""
+    width = max([len(r.exercise) for r in rows] + [8])
+    lines = [title] if title else []
+    lines.append(f"{'exercise':<{width}}  {'points':>9}  {'status':<15}  reason")
+    for r in rows:
+        lines.append(f"{r.exercise:<{width}}  {r.score:>4g} / {r.points:<3g}  {r.status:<15}  {r.reason}")
+    total, points = sum(r.score for r in rows), sum(r.points for r in rows)
+    lines.append(f"{'total':<{width}}  {total:>4g} / {points:<3g}")
+    return "\n".join(lines)

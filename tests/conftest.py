@@ -1,0 +1,69 @@
+"""Shared, expensive fixtures: each notebook is released once and every
+submission is graded by real nbgrader once per test run; the tests read the results."""
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import registry
+from autograder.course import assignments
+from autograder.grade import Grader, read_grades
+from autograder.release import fill_submission, mistake_source, release
+from autograder.results import notebook_results
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSIGNMENTS = assignments(ROOT)
+
+
+@pytest.fixture(scope="session")
+def released(tmp_path_factory):
+    """A fresh release of every assignment, into a temporary folder."""
+    dest = tmp_path_factory.mktemp("release")
+    release(ROOT, dest=dest, examples=False)
+    return dest
+
+
+def mistake_plan(name):
+    """Submission k gets the k-th catalogued mistake of every exercise of notebook `name`.
+
+    Mistakes are self-contained, so mistakes in different exercises of one
+    submission cannot change each other's results.
+    """
+    catalogs = [(ex.name, list(ex.mistakes)) for ex in registry.for_notebook(name)]
+    rounds = max((len(ms) for _, ms in catalogs), default=0)
+    return [{ex: ms[k] for ex, ms in catalogs if k < len(ms)} for k in range(rounds)]
+
+
+@pytest.fixture(scope="session")
+def graded_course(released, tmp_path_factory):
+    """A course folder with, per assignment: the solution, the blank release and
+    the mistake submissions; graded once by `Grader` (real nbgrader, 2 jobs)."""
+    course = tmp_path_factory.mktemp("course")
+    plan = {}
+    for name in ASSIGNMENTS:
+        rel = nbformat.read(released / name / f"{name}.ipynb", as_version=4)
+        sol = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+        subs = {"solution": fill_submission(rel, sol), "blank": rel}
+        for k, mistakes in enumerate(mistake_plan(name)):
+            code = {ex: mistake_source(ex, m) for ex, m in mistakes.items()}
+            subs[f"mistakes{k:02d}"] = fill_submission(rel, sol, code)
+            plan[(f"mistakes{k:02d}", name)] = mistakes
+        for student, nb in subs.items():
+            out = course / "submitted" / student / name / f"{name}.ipynb"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, out)
+    graded, skipped, failed = Grader(course, root=ROOT, log=lambda *a: None).run(jobs=2, progress=False)
+    return {"course": course, "failed": failed, "graded": graded, "plan": plan, "grades": read_grades(course)}
+
+
+def results_of(course, student, name):
+    path = Path(course) / "autograded" / student / name / f"{name}.ipynb"
+    return {r.exercise: r for r in notebook_results(nbformat.read(path, as_version=4))}
+
+
+@pytest.fixture
+def scratch_course(tmp_path):
+    """An empty course folder holding a copy of the example submissions."""
+    shutil.copytree(ROOT / "examples" / "submitted", tmp_path / "submitted")
+    return tmp_path

@@ -1,0 +1,65 @@
+"""The command line as learners and instructors use it."""
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from autograder import registry
+from conftest import ASSIGNMENTS, ROOT
+
+
+def cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "autograder", *args], cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_check_passes_on_the_solution(name, tmp_path):
+    junit = tmp_path / "report.xml"
+    result = cli("check", f"solutions/{name}/{name}.ipynb", "--junitxml", str(junit))
+    assert result.returncode == 0, result.stdout + result.stderr
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert int(suite.get("tests")) == len(registry.for_notebook(name))
+    assert int(suite.get("failures")) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_check_fails_on_the_released_notebook_listing_every_exercise(name):
+    result = cli("check", f"notebooks/{name}/{name}.ipynb")
+    assert result.returncode != 0
+    for ex in registry.for_notebook(name):
+        assert f"{ex.name} is not implemented yet" in result.stdout
+
+
+def test_check_on_a_missing_notebook_says_so(tmp_path):
+    result = cli("check", str(tmp_path / "nope.ipynb"))
+    assert result.returncode == 2
+    assert "no such notebook" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_check_on_a_broken_file_says_so(tmp_path):
+    bad = tmp_path / "broken.ipynb"
+    bad.write_text("{ not json")
+    result = cli("check", str(bad))
+    assert result.returncode == 2
+    assert "not a readable notebook" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_grade_without_submissions_folder_says_so(tmp_path):
+    result = cli("grade", str(tmp_path))
+    assert result.returncode == 2
+    assert "no submitted/ folder" in result.stderr
+
+
+def test_grade_rejects_zero_jobs(tmp_path):
+    (tmp_path / "submitted").mkdir()
+    result = cli("grade", str(tmp_path), "--jobs", "0")
+    assert result.returncode == 2 and "--jobs" in result.stderr
+
+
+def test_help_lists_the_commands():
+    result = cli("--help")
+    for command in ("check", "release", "grade", "demo"):
+        assert command in result.stdout

@@ -1,0 +1,79 @@
+"""Grading through real nbgrader: full marks, zero, and every catalogued mistake named."""
+import html
+import re
+
+import pytest
+
+from autograder import registry
+from conftest import ASSIGNMENTS, results_of
+
+pytestmark = pytest.mark.slow
+
+
+def total_points(name):
+    return sum(ex.points for ex in registry.for_notebook(name))
+
+
+def grade_row(graded_course, student, name):
+    return next(g for g in graded_course["grades"] if g["student_id"] == student and g["assignment"] == name)
+
+
+def test_no_grading_errors(graded_course):
+    assert graded_course["failed"] == []
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_solution_gets_full_marks(graded_course, name):
+    row = grade_row(graded_course, "solution", name)
+    assert float(row["max_score"]) == total_points(name)
+    assert float(row["score"]) == float(row["max_score"])
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_released_notebook_gets_zero(graded_course, name):
+    assert float(grade_row(graded_course, "blank", name)["score"]) == 0.0
+    results = results_of(graded_course["course"], "blank", name)
+    assert {r.status for r in results.values()} == {"not implemented"}
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_every_mistake_is_caught_and_named_by_nbgrader(graded_course, name):
+    planned = {(ex, m.name) for (s, a), ms in graded_course["plan"].items() if a == name for ex, m in ms.items()}
+    catalog = {(ex.name, m.name) for ex in registry.for_notebook(name) for m in ex.mistakes}
+    assert planned == catalog
+    for (student, assignment), mistakes in graded_course["plan"].items():
+        if assignment != name:
+            continue
+        results = results_of(graded_course["course"], student, name)
+        for exercise, mistake in mistakes.items():
+            r = results[exercise]
+            assert r.score < r.points, f"{student}: {exercise}/{mistake.name} got full marks"
+            assert mistake.says in r.reason, f"{student}: {exercise}/{mistake.name}: {r.reason}"
+        untouched = [ex for ex in results if ex not in mistakes]
+        for exercise in untouched:
+            assert results[exercise].status == "passed", (student, exercise, results[exercise].reason)
+
+
+def html_text(path):
+    text = re.sub(r"<[^>]+>", "", path.read_text())
+    return " ".join(html.unescape(text).split())
+
+
+def test_feedback_html_names_the_mistakes(graded_course):
+    course = graded_course["course"]
+    for (student, name), mistakes in graded_course["plan"].items():
+        text = html_text(course / "feedback" / student / name / f"{name}.html")
+        for mistake in mistakes.values():
+            assert " ".join(mistake.says.split()) in text, (student, mistake.name)
+
+
+def test_hidden_cases_ran_under_autograde_but_are_not_described(graded_course):
+    course = graded_course["course"]
+    import nbformat
+
+    name = ASSIGNMENTS[0]
+    nb = nbformat.read(course / "autograded" / "solution" / name / f"{name}.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    counts = {ex.name: sum(1 for c in ex.cases()) for ex in registry.for_notebook(name)}
+    for ex, n in counts.items():
+        assert f"{ex}: " in text and f"{n} cases" in text, f"{ex} did not run all {n} cases under autograde"

@@ -1,0 +1,52 @@
+"""The committed notebooks: clean, openable, and consistent with the checks."""
+import re
+
+import nbformat
+import pytest
+
+from autograder import registry
+from conftest import ASSIGNMENTS, ROOT
+
+NOTEBOOKS = [ROOT / d / n / f"{n}.ipynb" for d in ("solutions", "notebooks") for n in ASSIGNMENTS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_committed_without_outputs_and_with_a_kernelspec(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, "clear the outputs before committing"
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_each_exercise_has_a_solution_cell_and_one_line_check(name):
+    nb = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    meta = [(c, c.metadata.get("nbgrader", {})) for c in nb.cells]
+    tests = {m["grade_id"]: (c, m) for c, m in meta if m.get("grade") and not m.get("solution")}
+    solutions = {m["grade_id"] for c, m in meta if m.get("solution")}
+    exercises = registry.for_notebook(name)
+    assert exercises, f"no checks registered for {name}"
+    for ex in exercises:
+        cell, m = tests[f"check_{ex.name}"]
+        assert cell.source.strip() == f'check("{ex.name}", {ex.name})'
+        assert m["locked"] and m["points"] == ex.points, f"{ex.name}: points differ from the autograder's"
+        assert ex.name in solutions
+    assert len(tests) == len(exercises)
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_each_exercise_states_difficulty_and_time(name):
+    nb = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    for ex in registry.for_notebook(name):
+        assert re.search(rf"Exercise \d+ · `{ex.name}` \(difficulty [●○ ]+, about \d+ minutes\)", text), ex.name
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_solution_cells_never_call_solutions_lib(name):
+    nb = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            assert "solutions_lib" not in cell.source and "sl." not in cell.source
