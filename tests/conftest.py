@@ -1,6 +1,5 @@
 """Shared, expensive fixtures: each notebook is released once and every
 submission is graded by real nbgrader once per test run; the tests read the results."""
-import shutil
 from pathlib import Path
 
 import nbformat
@@ -9,7 +8,7 @@ import pytest
 from autograder import registry
 from autograder.course import assignments
 from autograder.grade import Grader, read_grades
-from autograder.release import fill_submission, mistake_source, release
+from autograder.release import DEMO_STUDENTS, demo_submissions, fill_submission, mistake_source, release
 from autograder.results import notebook_results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,14 +36,15 @@ def mistake_plan(name):
 
 @pytest.fixture(scope="session")
 def graded_course(released, tmp_path_factory):
-    """A course folder with, per assignment: the solution, the blank release and
-    the mistake submissions; graded once by `Grader` (real nbgrader, 2 jobs)."""
+    """A course folder graded once by `Grader` (real nbgrader, 2 jobs). Per assignment:
+    the example submissions of the demo (complete, blank, two mistakes), made from
+    this run's fresh release, and the submissions that carry every catalogued mistake."""
     course = tmp_path_factory.mktemp("course")
     plan = {}
     for name in ASSIGNMENTS:
         rel = nbformat.read(released / name / f"{name}.ipynb", as_version=4)
         sol = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
-        subs = {"solution": fill_submission(rel, sol), "blank": rel}
+        subs = demo_submissions(ROOT, name, released / name / f"{name}.ipynb")
         for k, mistakes in enumerate(mistake_plan(name)):
             code = {ex: mistake_source(ex, m) for ex, m in mistakes.items()}
             subs[f"mistakes{k:02d}"] = fill_submission(rel, sol, code)
@@ -62,8 +62,4 @@ def results_of(course, student, name):
     return {r.exercise: r for r in notebook_results(nbformat.read(path, as_version=4))}
 
 
-@pytest.fixture
-def scratch_course(tmp_path):
-    """An empty course folder holding a copy of the example submissions."""
-    shutil.copytree(ROOT / "examples" / "submitted", tmp_path / "submitted")
-    return tmp_path
+COMPLETE, BLANK, TWO_MISTAKES = DEMO_STUDENTS
