@@ -7,6 +7,7 @@ the test cells and the command line.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import threading
@@ -65,6 +66,7 @@ class Exercise:
     kind: str = "function"  # or "module"
     depends_on: tuple = ()
     returns: tuple = ()  # names of the returned values, for messages
+    train_mode: bool = False  # modules are checked in eval mode (no dropout) unless set
     notebook: str = ""
 
     def part_weights(self):
@@ -185,6 +187,7 @@ def run(exercise, impl, case, reference_module=None, timeout=DEFAULT_TIMEOUT_S):
                 fn = impl(*call.init)
                 if reference_module is not None:
                     load_weights(fn, reference_module)
+                    fn.train(exercise.train_mode)
                 if case.grad:
                     inputs.update({name: p for name, p in fn.named_parameters()})
             else:
@@ -280,18 +283,74 @@ def compare_tensor(what, got, want):
     return ""
 
 
+def _type_name(x):
+    t = type(x)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
+
+
+def _short(x):
+    text = repr(x)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def compare_value(what, got, want):
+    """Like compare_tensor, for any value: tensors, numbers, strings, lists, tuples, dicts."""
+    if isinstance(want, torch.Tensor):
+        return compare_tensor(what, got, want)
+    if isinstance(want, bool) or want is None or isinstance(want, str):
+        if type(got) is not type(want):
+            return f"{what} is a {_type_name(got)}, expected a {_type_name(want)}"
+        return "" if got == want else f"{what} is {_short(got)}, expected {_short(want)}"
+    if isinstance(want, (int, float)):
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            return f"{what} is a {_type_name(got)}, expected a number"
+        if isinstance(want, int) and not isinstance(got, int):
+            return f"{what} is {got!r}, expected the integer {want}"
+        if math.isnan(want) and math.isnan(got):
+            return ""
+        if abs(got - want) <= 1e-6 + 1e-6 * abs(want):
+            return ""
+        return f"{what} is {got:.6g}, expected {want:.6g}"
+    if isinstance(want, (list, tuple)):
+        if not isinstance(got, (list, tuple)):
+            return f"{what} is a {_type_name(got)}, expected a {_type_name(want)}"
+        if len(got) != len(want):
+            return f"{what} has {len(got)} items, expected {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            problem = compare_value(f"item {i} of {what}", g, w)
+            if problem:
+                return problem
+        return ""
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            return f"{what} is a {_type_name(got)}, expected a dict"
+        missing, extra = [k for k in want if k not in got], [k for k in got if k not in want]
+        if missing:
+            return f"{what} lacks the key(s) {', '.join(map(_short, missing[:3]))}"
+        if extra:
+            return f"{what} has unexpected key(s) {', '.join(map(_short, extra[:3]))}"
+        for k, w in want.items():
+            problem = compare_value(f"{what}[{k!r}]", got[k], w)
+            if problem:
+                return problem
+        return ""
+    return "" if got == want else f"{what} is {_short(got)}, expected {_short(want)}"
+
+
 def compare_outcomes(got, want, returns=()):
     """'' when the learner's outputs and gradients match the reference's."""
     if len(want.outputs) > 1 and len(got.outputs) != len(want.outputs):
         return f"returned {len(got.outputs)} value(s), expected a tuple of {len(want.outputs)}"
     if len(want.outputs) == 1 and len(got.outputs) != 1:
-        return f"returned a tuple of {len(got.outputs)}, expected a single tensor"
+        return f"returned a tuple of {len(got.outputs)}, expected a single {_type_name(want.outputs[0])}"
     if len(returns) == len(want.outputs):
         names = [f"the {r}" for r in returns]
     else:
         names = ["the output"] if len(want.outputs) == 1 else [f"returned value {i + 1}" for i in range(len(want.outputs))]
     for name, g, w in zip(names, got.outputs, want.outputs):
-        problem = compare_tensor(name, g, w)
+        problem = compare_value(name, g, w)
         if problem:
             return problem
     if want.grads is None or want.grads == "missing":
@@ -321,9 +380,11 @@ def same_outputs(a, b):
             and type(a.error) is type(b.error)
             and str(a.error) == str(b.error)
         )
-    if len(a.outputs) != len(b.outputs):
-        return False
-    for x, y in zip(a.outputs, b.outputs):
+    return same_value(a.outputs, b.outputs)
+
+
+def same_value(x, y):
+    if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
         if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
             return False
         if x.shape != y.shape or x.dtype != y.dtype:
@@ -331,11 +392,15 @@ def same_outputs(a, b):
         x, y = x.detach(), y.detach()
         if x.is_floating_point():
             atol, rtol = TOLERANCES.get(x.dtype, (1e-5, 1e-4))
-            if not torch.allclose(x, y, atol=atol, rtol=rtol, equal_nan=True):
-                return False
-        elif not torch.equal(x, y):
-            return False
-    return True
+            return torch.allclose(x, y, atol=atol, rtol=rtol, equal_nan=True)
+        return torch.equal(x, y)
+    if isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)):
+        return len(x) == len(y) and all(same_value(a, b) for a, b in zip(x, y))
+    if isinstance(x, dict) and isinstance(y, dict):
+        return x.keys() == y.keys() and all(same_value(x[k], y[k]) for k in x)
+    if isinstance(x, float) and isinstance(y, float):
+        return (math.isnan(x) and math.isnan(y)) or abs(x - y) <= 1e-6 + 1e-6 * abs(y)
+    return type(x) is type(y) and x == y
 
 
 def describe_error(e):

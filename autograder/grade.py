@@ -4,7 +4,7 @@ Layout (nbgrader's): COURSE/submitted/<student>/<assignment>/<notebook>.ipynb.
 Produces COURSE/autograded/..., COURSE/feedback/<student>/<assignment>/<notebook>.html
 and COURSE/grades.csv in nbgrader's export format.
 
-Each student has a gradebook of their own (COURSE/.autograder/gradebooks), so
+Each submission has a gradebook of its own (COURSE/.autograder/gradebooks), so
 parallel jobs never write the same database; grades.csv is exported from all of
 them. A manifest remembers what was graded from which files, so a second run
 grades only submissions that changed, and a run killed halfway resumes.
@@ -67,57 +67,63 @@ class Grader:
         self.state = self.course / STATE
         self.known = set(assignments(self.root))
         self.log = log
-        self.fingerprint = _digest(
-            [self.root / "solutions" / a / f"{a}.ipynb" for a in sorted(self.known)] + [self.root / "nbgrader_config.py"]
-        )[:16]
 
     # ---------------------------------------------------------------- bookkeeping
-    def manifest_path(self):
-        return self.state / "manifest.json"
+    def fingerprint(self, name):
+        """What an assignment's grades depend on besides the submission: its source and the config."""
+        return _digest([self.root / "solutions" / name / f"{name}.ipynb", self.root / "nbgrader_config.py"])[:16]
+
+    def gradebook(self, student, name):
+        return self.state / "gradebooks" / student / f"{name}.db"
 
     def load_manifest(self):
         try:
-            data = json.loads(self.manifest_path().read_text())
+            return json.loads((self.state / "manifest.json").read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             return {}
-        return data if data.get("fingerprint") == self.fingerprint else {}
 
     def save_manifest(self, manifest):
-        manifest["fingerprint"] = self.fingerprint
-        tmp = self.manifest_path().with_suffix(".tmp")
+        path = self.state / "manifest.json"
+        tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-        os.replace(tmp, self.manifest_path())
+        os.replace(tmp, path)
 
     def submissions(self):
-        """{student: {assignment: digest}} for every submission on disk."""
+        """{(student, assignment): key} for every submission on disk; the key changes
+        when the submitted files, the assignment's source or the config change."""
         found = {}
+        fingerprints = {}
         for student_dir in sorted((self.course / "submitted").iterdir()):
             if not student_dir.is_dir() or student_dir.name.startswith("."):
                 continue
             for a_dir in sorted(student_dir.iterdir()):
                 if not a_dir.is_dir():
                     continue
-                if a_dir.name not in self.known:
-                    self.log(f"skipping {student_dir.name}/{a_dir.name}: no assignment of that name in solutions/")
+                name = a_dir.name
+                if name not in self.known:
+                    self.log(f"skipping {student_dir.name}/{name}: no assignment of that name in solutions/")
                     continue
-                found.setdefault(student_dir.name, {})[a_dir.name] = _digest(_files(a_dir))
+                if name not in fingerprints:
+                    fingerprints[name] = self.fingerprint(name)
+                found[(student_dir.name, name)] = _digest(_files(a_dir)) + ":" + fingerprints[name]
         return found
 
     # ---------------------------------------------------------------- nbgrader
-    def template_db(self):
-        """A gradebook holding every assignment, copied for each new student."""
-        path = self.state / f"template-{self.fingerprint}.db"
-        if path.exists():
-            return path
-        with tempfile.TemporaryDirectory() as tmp:
-            db = Path(tmp) / "template.db"
-            results = generate_assignments(self.root, sorted(self.known), Path(tmp) / "release", db)
-            for name, (ok, log) in results.items():
-                if not ok:
-                    raise CourseError(f"nbgrader could not prepare {name}:\n{log[-3000:]}")
-            shutil.copy(db, path.with_suffix(".tmp"))
-            os.replace(path.with_suffix(".tmp"), path)
-        return path
+    def templates(self, names):
+        """{assignment: a gradebook holding just that assignment}, copied for each submission."""
+        paths = {name: self.state / "templates" / f"{name}-{self.fingerprint(name)}.db" for name in names}
+        missing = [name for name, path in paths.items() if not path.exists()]
+        if missing:
+            paths[missing[0]].parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory() as tmp:
+                for name in missing:
+                    db = Path(tmp) / f"{name}.db"
+                    ok, log = generate_assignments(self.root, [name], Path(tmp) / "release", db)[name]
+                    if not ok:
+                        raise CourseError(f"nbgrader could not prepare {name}:\n{log[-3000:]}")
+                    shutil.copy(db, paths[name].with_suffix(".tmp"))
+                    os.replace(paths[name].with_suffix(".tmp"), paths[name])
+        return paths
 
     def _start_worker(self, index, items):
         jobfile = self.state / f"job-{index}.json"
@@ -137,39 +143,32 @@ class Grader:
     # ---------------------------------------------------------------- the run
     def run(self, jobs=1, force=False, progress=True):
         """Grade what changed; return (graded, skipped, failed) lists of (student, assignment)."""
-        (self.state / "gradebooks").mkdir(parents=True, exist_ok=True)
+        self.state.mkdir(parents=True, exist_ok=True)
         subs = self.submissions()
         if not subs:
             raise CourseError(f"no submissions found under {self.course / 'submitted'}")
         manifest = self.load_manifest()
-        fresh_dbs = not manifest
         done = manifest.setdefault("graded", {})
-        todo, skipped = [], []
-        for student, items in subs.items():
-            changed = [a for a, d in items.items() if force or done.get(student, {}).get(a) != d]
-            skipped += [(student, a) for a in items if a not in changed]
-            todo += [(student, a) for a in changed]
+        todo = [key for key, k in subs.items() if force or done.get("/".join(key)) != k]
+        skipped = [key for key in subs if key not in todo]
         graded, failed = [], []
         if todo:
-            template = self.template_db()
-            for student in {s for s, _ in todo}:
-                db = self.state / "gradebooks" / f"{student}.db"
-                if fresh_dbs or not db.exists():
-                    shutil.copy(template, db)
-            # Students, not submissions, are spread over the workers: a gradebook has one writer.
-            students = sorted({s for s, _ in todo})
-            groups = [students[i::max(1, jobs)] for i in range(max(1, jobs))]
+            templates = self.templates(sorted({name for _, name in todo}))
+            for student, name in todo:
+                db = self.gradebook(student, name)
+                db.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(templates[name], db)  # a fresh gradebook: a half-graded one is never reused
+            # Every submission has its own gradebook, so the workers never share a database.
+            groups = [todo[i::jobs] for i in range(min(jobs, len(todo)))]
             events = queue.Queue()
             workers = []
-            for i, group in enumerate(g for g in groups if g):
-                items = [[s, a, str(self.state / "gradebooks" / f"{s}.db")] for s, a in todo if s in group]
+            for i, group in enumerate(groups):
+                items = [[s, a, str(self.gradebook(s, a))] for s, a in group]
                 proc, log = self._start_worker(i, items)
-                reader = threading.Thread(target=_read_results, args=(proc, events), daemon=True)
-                reader.start()
-                workers.append((proc, log, reader, items))
+                threading.Thread(target=_read_results, args=(proc, events), daemon=True).start()
+                workers.append((proc, log, group))
             bar = _progress(len(todo), progress)
-            remaining = len(workers)
-            seen = set()
+            remaining, seen = len(workers), set()
             while remaining:
                 event = events.get()
                 if event is None:
@@ -178,19 +177,19 @@ class Grader:
                 key = (event["student"], event["assignment"])
                 seen.add(key)
                 if event["ok"]:
-                    done.setdefault(key[0], {})[key[1]] = subs[key[0]][key[1]]
+                    done["/".join(key)] = subs[key]
                     graded.append(key)
                 else:
-                    done.get(key[0], {}).pop(key[1], None)
+                    done.pop("/".join(key), None)
                     failed.append(key)
                     self.log(f"nbgrader failed on {key[0]}/{key[1]}:\n{event['log']}")
                 self.save_manifest(manifest)
                 bar.update(1)
             bar.close()
-            for proc, log, reader, items in workers:
+            for proc, log, group in workers:
                 proc.wait()
                 log.close()
-                lost = [(s, a) for s, a, _ in items if (s, a) not in seen]
+                lost = [key for key in group if key not in seen]
                 if lost:
                     failed += lost
                     self.log(f"a grading process stopped early (exit {proc.returncode}); see {log.name}")
@@ -199,23 +198,23 @@ class Grader:
         return graded, skipped, failed
 
     def export(self, subs):
-        """grades.csv (nbgrader's format) from every student's gradebook."""
+        """grades.csv (nbgrader's format) from every submission's gradebook."""
         from nbgrader.api import Gradebook
         from nbgrader.plugins import CsvExportPlugin
 
         rows, header = [], None
         with tempfile.TemporaryDirectory() as tmp:
-            for student in sorted(subs):
-                db = self.state / "gradebooks" / f"{student}.db"
+            for student, name in sorted(subs):
+                db = self.gradebook(student, name)
                 if not db.exists():
                     continue
-                out = Path(tmp) / f"{student}.csv"
+                out = Path(tmp) / "grades.csv"
                 with Gradebook(sqlite_url(db)) as gb:
-                    CsvExportPlugin(to=str(out), student=[student]).export(gb)
+                    CsvExportPlugin(to=str(out), student=[student], assignment=[name]).export(gb)
                 with open(out, newline="") as fh:
                     reader = csv.reader(fh)
                     header = next(reader)
-                    rows += [r for r in reader if r[0] in subs[student]]
+                    rows += list(reader)
         if header is None:
             return None
         rows.sort(key=lambda r: (r[0], r[3]))

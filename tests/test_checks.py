@@ -1,6 +1,5 @@
 """The checks themselves: the reference passes, every catalogued mistake fails
 with its own diagnosis (mutation tests), and bad outputs get a clear reason."""
-import numpy as np
 import pytest
 import torch
 
@@ -167,3 +166,24 @@ def test_mistake_source_is_self_contained(exercise, mistake):
     exec(mistake_source(exercise.name, mistake), namespace)
     report = check_exercise(exercise, namespace[exercise.name], hidden=True)
     assert report.failures() and report.failures()[0].diagnosis == mistake.says
+
+
+@pytest.mark.parametrize(
+    "got,want,expected",
+    [
+        ({"a": 1}, {"a": 1, "b": 2}, "lacks the key(s) 'b'"),
+        ({"a": 1, "c": 3}, {"a": 1}, "unexpected key(s) 'c'"),
+        ([1, 2], [1, 2, 3], "has 2 items, expected 3"),
+        (0.4, 0.6, "is 0.4, expected 0.6"),
+        ("ab", "abc", "is 'ab', expected 'abc'"),
+        (torch.ones(2), [1.0, 1.0], "is a torch.Tensor, expected a list"),
+        (1.0, 1, "expected the integer 1"),
+        ({"x": torch.zeros(2)}, {"x": torch.zeros(3)}, "has shape (2,), expected (3,)"),
+    ],
+)
+def test_plain_python_values_are_compared_with_a_reason(got, want, expected):
+    from autograder.core import compare_value, same_value
+
+    assert expected in compare_value("the output", got, want)
+    assert not same_value(got, want)
+    assert compare_value("the output", want, want) == "" and same_value(want, want)

@@ -4,7 +4,6 @@ import json
 import nbformat
 import pytest
 
-from autograder import registry
 from autograder.release import demo_submissions
 from conftest import ASSIGNMENTS, ROOT
 
