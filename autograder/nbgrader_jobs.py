@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from autograder.course import sqlite_url, tool_env
+from autograder.kernel_setup import sweep
 
 RESULT_PREFIX = "@@autograder-result "
 
@@ -60,6 +61,7 @@ def grade(job):
             ok = feedback["success"]
             if not ok:
                 log += feedback.get("log", "") + feedback.get("error", "")
+        sweep()  # processes a submission left behind (a fork bomb, say) die with its grading
         line = json.dumps({"student": student, "assignment": assignment, "ok": ok, "log": "" if ok else log[-6000:]})
         print(RESULT_PREFIX + line, flush=True)
 
