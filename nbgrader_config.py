@@ -35,7 +35,7 @@ LIMITS = {
 # first argument is nbgrader's own default for Python kernels.)
 c.Execute.extra_arguments = [
     "--HistoryManager.hist_file=:memory:",
-    "--IPKernelApp.exec_lines=import autograder.kernel_setup as _k; _k.apply_limits(**%r); del _k" % (LIMITS,),
+    "--IPKernelApp.exec_lines=import autograder.kernel_setup as _k; _k.route_warnings(); _k.apply_limits(**%r); del _k" % (LIMITS,),
 ]
 
 # Megabytes of printed output are cut to this many lines per cell.
@@ -47,12 +47,18 @@ from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (  # noqa: E402
     AssignLatePenalties,
     CheckCellMetadata,
+    ClearOutput,
     IgnorePattern,
     LimitOutput,
+    OverwriteCells,
+    OverwriteKernelspec,
     SaveAutoGrades,
 )
 
-from autograder.nbgrader_ext import GuardedExecute  # noqa: E402
+from autograder.nbgrader_ext import DeduplicateCells, GuardedExecute  # noqa: E402
+
+# A duplicated test cell becomes an ordinary cell instead of failing the submission.
+c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateCells, OverwriteKernelspec, OverwriteCells, CheckCellMetadata]
 
 c.Autograde.autograde_preprocessors = [
     GuardedExecute,

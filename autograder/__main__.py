@@ -67,7 +67,10 @@ def run(args):
         print(f"graded {len(graded)}, unchanged {len(skipped)}, failed {len(failed)}")
         print(summary(grader.course))
         print(f"\ngrades: {grader.course / 'grades.csv'}   feedback: {grader.course / 'feedback'}")
-        return 1 if failed else 0
+        if failed:
+            print(f"{len(failed)} submission(s) got 0 because they could not be graded: see {grader.course / 'grading_problems.csv'}")
+        # 0 once every submission has its grade, zeros for the ungradable included
+        return 0
     if args.command == "demo":
         from autograder.demo import demo
 

@@ -174,21 +174,26 @@ def run(exercise, impl, case, reference_module=None, timeout=DEFAULT_TIMEOUT_S):
     For a module exercise, `impl` is the class; the reference module's weights
     are copied into the learner's module so both compute the same function.
     """
-    call = case.make()
+    weights = reference_module.state_dict() if reference_module is not None else None
+    return run_call(exercise.kind, exercise.train_mode, impl, case.make(), case.grad, weights, timeout)
+
+
+def run_call(kind, train_mode, impl, call, grad, weights=None, timeout=DEFAULT_TIMEOUT_S):
+    """`run` without the Exercise: what a clean-room process needs (autograder.clean_room)."""
     inputs = {}
-    if case.grad:
+    if grad:
         for i, t in enumerate(_tensors_in((call.args, call.kwargs))):
             if t.is_floating_point():
                 t.requires_grad_(True)
                 inputs[f"input {i}"] = t
     try:
         with time_limit(timeout):
-            if exercise.kind == "module":
+            if kind == "module":
                 fn = impl(*call.init)
-                if reference_module is not None:
-                    load_weights(fn, reference_module)
-                    fn.train(exercise.train_mode)
-                if case.grad:
+                if weights is not None:
+                    load_weights(fn, weights)
+                    fn.train(train_mode)
+                if grad:
                     inputs.update({name: p for name, p in fn.named_parameters()})
             else:
                 fn = impl
@@ -199,7 +204,7 @@ def run(exercise, impl, case, reference_module=None, timeout=DEFAULT_TIMEOUT_S):
         return Outcome(error=e)
     outputs = as_tuple(result)
     grads = None
-    if case.grad and inputs:
+    if grad and inputs:
         grads = _gradients(outputs, inputs)
     return Outcome(outputs=outputs, grads=grads)
 
@@ -209,13 +214,12 @@ def _gradients(outputs, inputs):
     if not float_outputs or not all(o.requires_grad for o in float_outputs):
         return "missing"
     g = torch.Generator().manual_seed(1234)
-    loss = sum(
-        (o * torch.randn(o.shape, generator=g, dtype=o.dtype)).nansum() for o in float_outputs
-    )
     names = list(inputs)
     try:
+        weights = [torch.randn(o.shape, generator=g, dtype=o.dtype).to(o.device) for o in float_outputs]
+        loss = sum((o * w).nansum() for o, w in zip(float_outputs, weights))
         grads = torch.autograd.grad(loss, [inputs[n] for n in names], allow_unused=True)
-    except Exception as e:
+    except Exception as e:  # outputs on another device, a broken graph: reported after the outputs
         return StudentError(e)
     return dict(zip(names, grads))
 
@@ -224,11 +228,11 @@ class WeightMismatch(Exception):
     pass
 
 
-def load_weights(student_module, reference_module):
-    """Copy the reference's parameters into the learner's module, by name."""
+def load_weights(student_module, weights):
+    """Copy the reference's parameters (a state dict) into the learner's module, by name."""
     if not isinstance(student_module, torch.nn.Module):
         raise WeightMismatch(f"constructing it gave a {type(student_module).__name__}, not an nn.Module")
-    ref = reference_module.state_dict()
+    ref = weights
     mine = student_module.state_dict()
     missing = sorted(set(ref) - set(mine))
     extra = sorted(set(mine) - set(ref))
@@ -442,13 +446,17 @@ def diagnose(exercise, failed):
     return best
 
 
-def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S):
-    """Compare the learner's `impl` with the reference on one case: (CaseResult, outcome)."""
+def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
+    """Compare the learner's `impl` with the reference on one case: (CaseResult, outcome).
+
+    `got`, when given, is the learner's outcome computed elsewhere (autograder.clean_room).
+    """
     ref_module = _reference_module(exercise, case)
     want = run(exercise, exercise.reference, case, ref_module)
     if want.error is not None:
         raise RuntimeError(f"the reference failed on case {case.label!r}: {want.error!r}") from want.error
-    got = run(exercise, impl, case, ref_module, timeout=timeout)
+    if got is None:
+        got = run(exercise, impl, case, ref_module, timeout=timeout)
     if got.error is not None:
         e = got.error
         if isinstance(e, NotImplementedError):
@@ -461,13 +469,16 @@ def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S):
     return CaseResult(case, not (problem := compare_outcomes(got, want, exercise.returns)), problem), got
 
 
-def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S):
-    """Run every case (the hidden ones too when `hidden`) and return a Report."""
+def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outcomes=None):
+    """Run every case (the hidden ones too when `hidden`) and return a Report.
+
+    `outcomes`, when given, holds the learner's outcome of each case, in order,
+    computed in another process; `impl` is then unused.
+    """
     results, failed = [], []
-    for case in exercise.cases():
-        if case.hidden and not hidden:
-            continue
-        result, outcome = check_case(exercise, impl, case, timeout)
+    cases = [c for c in exercise.cases() if hidden or not c.hidden]
+    for i, case in enumerate(cases):
+        result, outcome = check_case(exercise, impl, case, timeout, got=None if outcomes is None else outcomes[i])
         results.append(result)
         if result.not_implemented or result.timed_out:
             return Report(exercise, results)

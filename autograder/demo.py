@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.course import CourseError, find_root
-from autograder.grade import Grader, read_grades
+from autograder.grade import Grader, read_grades, read_problems
 from autograder.results import notebook_results, table
 
 
@@ -24,7 +24,13 @@ def summary(course):
     lines = [f"{'student':<18} {'assignment':<30} {'score':>12}"]
     for g in grades:
         lines.append(f"{g['student_id']:<18} {g['assignment']:<30} {float(g['score']):>5g} / {float(g['max_score']):<5g}")
+    problems = read_problems(course)
+    if problems:
+        lines += ["", "could not be graded:"] + [f"  {p['student_id']}/{p['assignment']}: {p['reason']}" for p in problems]
+    skip = {(p["student_id"], p["assignment"]) for p in problems}
     for g in grades:
+        if (g["student_id"], g["assignment"]) in skip:
+            continue
         autograded = course / "autograded" / g["student_id"] / g["assignment"]
         for path in sorted(autograded.glob("*.ipynb")):
             rows = notebook_results(nbformat.read(path, as_version=4))

@@ -23,6 +23,8 @@ import sys
 import threading
 from pathlib import Path
 
+import nbformat
+
 from autograder.course import CourseError, assignments, find_root, sqlite_url, tool_env
 from autograder.nbgrader_jobs import RESULT_PREFIX, generate_assignments
 
@@ -149,9 +151,20 @@ class Grader:
             raise CourseError(f"no submissions found under {self.course / 'submitted'}")
         manifest = self.load_manifest()
         done = manifest.setdefault("graded", {})
+        problems = manifest.setdefault("problems", {})
         todo = [key for key, k in subs.items() if force or done.get("/".join(key)) != k]
         skipped = [key for key in subs if key not in todo]
         graded, failed = [], []
+        for key in list(todo):
+            problem = self.precheck(*key)
+            problems.pop("/".join(key), None)
+            if problem:  # nothing nbgrader could grade: 0 points, and the reason
+                todo.remove(key)
+                problems["/".join(key)] = problem
+                done["/".join(key)] = subs[key]
+                self.gradebook(*key).unlink(missing_ok=True)
+                failed.append(key)
+                self.log(f"{key[0]}/{key[1]}: {problem}")
         if todo:
             templates = self.templates(sorted({name for _, name in todo}))
             for student, name in todo:
@@ -181,6 +194,7 @@ class Grader:
                     graded.append(key)
                 else:
                     done.pop("/".join(key), None)
+                    problems["/".join(key)] = "nbgrader could not grade it: " + _last_error(event["log"])
                     failed.append(key)
                     self.log(f"nbgrader failed on {key[0]}/{key[1]}:\n{event['log']}")
                 self.save_manifest(manifest)
@@ -192,40 +206,87 @@ class Grader:
                 lost = [key for key in group if key not in seen]
                 if lost:
                     failed += lost
+                    for key in lost:
+                        problems["/".join(key)] = f"grading stopped early (exit {proc.returncode}); run grade again"
                     self.log(f"a grading process stopped early (exit {proc.returncode}); see {log.name}")
         self.save_manifest(manifest)
-        self.export(subs)
+        self.export(subs, problems)
         return graded, skipped, failed
 
-    def export(self, subs):
-        """grades.csv (nbgrader's format) from every submission's gradebook."""
+    def precheck(self, student, name):
+        """Why a submission cannot be graded at all, or '' when nbgrader can take it."""
+        folder = self.course / "submitted" / student / name
+        path = folder / f"{name}.ipynb"
+        if not path.is_file():
+            found = ", ".join(sorted(p.name for p in folder.glob("*.ipynb"))) or "no notebook"
+            return f"{name}.ipynb is missing (found: {found})"
+        try:
+            nbformat.validate(nbformat.read(path, as_version=4))
+        except Exception as e:  # any unreadable file, whatever the reason
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+            return f"{name}.ipynb could not be read as a notebook ({first})"
+        return ""
+
+    def export(self, subs, problems):
+        """grades.csv (nbgrader's format) from every submission's gradebook; a submission
+        that could not be graded gets 0 points, and its reason goes to grading_problems.csv."""
         from nbgrader.api import Gradebook
         from nbgrader.plugins import CsvExportPlugin
 
-        rows, header = [], None
+        header = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
+                  "raw_score", "late_submission_penalty", "score", "max_score"]
+        rows, missing = [], []
         with tempfile.TemporaryDirectory() as tmp:
             for student, name in sorted(subs):
                 db = self.gradebook(student, name)
-                if not db.exists():
-                    continue
-                out = Path(tmp) / "grades.csv"
-                with Gradebook(sqlite_url(db)) as gb:
-                    CsvExportPlugin(to=str(out), student=[student], assignment=[name]).export(gb)
-                with open(out, newline="") as fh:
-                    reader = csv.reader(fh)
-                    header = next(reader)
-                    rows += list(reader)
-        if header is None:
-            return None
+                found = []
+                if db.exists() and "/".join((student, name)) not in problems:
+                    out = Path(tmp) / "grades.csv"
+                    with Gradebook(sqlite_url(db)) as gb:
+                        CsvExportPlugin(to=str(out), student=[student], assignment=[name]).export(gb)
+                    with open(out, newline="") as fh:
+                        reader = csv.reader(fh)
+                        header = next(reader)
+                        found = list(reader)
+                if found:
+                    rows += found
+                else:
+                    missing.append((student, name))
+        if missing:
+            max_scores = self.max_scores(sorted({name for _, name in missing}))
+            for student, name in missing:
+                rows.append([name, "", "", student, "", "", "", 0.0, 0.0, 0.0, max_scores[name]])
         rows.sort(key=lambda r: (r[0], r[3]))
-        dest = self.course / "grades.csv"
-        tmp = dest.with_suffix(".csv.tmp")
-        with open(tmp, "w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(header)
-            writer.writerows(rows)
-        os.replace(tmp, dest)
-        return dest
+        _write_csv(self.course / "grades.csv", header, rows)
+        wanted = {"/".join(key) for key in subs}
+        listed = sorted((k.split("/", 1), reason) for k, reason in problems.items() if k in wanted)
+        _write_csv(self.course / "grading_problems.csv", ["student_id", "assignment", "reason"],
+                   [[s, a, reason] for (s, a), reason in listed])
+        return self.course / "grades.csv"
+
+    def max_scores(self, names):
+        from nbgrader.api import Gradebook
+
+        out = {}
+        for name, template in self.templates(names).items():
+            with Gradebook(sqlite_url(template)) as gb:
+                out[name] = gb.find_assignment(name).max_score
+        return out
+
+
+def _write_csv(dest, header, rows):
+    tmp = dest.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        writer.writerows(rows)
+    os.replace(tmp, dest)
+
+
+def _last_error(log):
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line or "error" in line]
+    return (errors or lines or ["unknown error"])[-1][:200]
 
 
 def _progress(total, enabled):
@@ -243,6 +304,14 @@ def _progress(total, enabled):
 
         return Null()
     return tqdm(total=total, desc="grading", unit="notebook")
+
+
+def read_problems(course):
+    path = Path(course) / "grading_problems.csv"
+    if not path.exists():
+        return []
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
 
 
 def read_grades(course):

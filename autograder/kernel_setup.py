@@ -16,7 +16,8 @@ def _show_on_stdout(message, category, filename, lineno, file=None, line=None):
     print(f"warning: {category.__name__}: {message}", file=sys.stdout)
 
 
-warnings.showwarning = _show_on_stdout
+def route_warnings():
+    warnings.showwarning = _show_on_stdout
 
 
 def _set(limit, value):
@@ -63,22 +64,31 @@ def apply_limits(memory_mb=None, cpu_seconds=None, file_mb=None, processes=None)
             _set(resource.RLIMIT_NPROC, running + processes)
 
 
-def sweep(owner=None):
+def sweep(owner=None, wait=5.0):
     """Kill whatever the kernels started by process `owner` (default: this one) left
     running in their pids cgroups, and remove those cgroups."""
     import glob
     import signal
+    import time
 
     owner = os.getpid() if owner is None else owner
     for group in glob.glob(os.path.join(PIDS, f"autograder-{owner}-*")):
-        try:
-            with open(os.path.join(group, "cgroup.procs")) as fh:
-                pids = [int(p) for p in fh.read().split()]
+        deadline = time.time() + wait
+        while True:
+            try:
+                with open(os.path.join(group, "cgroup.procs")) as fh:
+                    pids = [int(p) for p in fh.read().split()]
+            except OSError:
+                break
             for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            os.rmdir(group)
-        except OSError:
-            pass  # still emptying; a later sweep removes it
+            try:
+                os.rmdir(group)
+                break
+            except OSError:
+                if time.time() > deadline:
+                    break  # a later sweep removes it
+                time.sleep(0.05)

@@ -1,13 +1,13 @@
 """nbgrader preprocessors of the course (named in nbgrader_config.py)."""
-from nbclient.exceptions import DeadKernelError
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.v4 import new_output
 
-from nbgrader.preprocessors import Execute
+from nbgrader.preprocessors import DeduplicateIds, Execute
 
 
 class GuardedExecute(Execute):
-    """nbgrader's Execute, but a kernel that dies (os._exit, a crash, the memory
-    limit) costs only the cells from there on: they get an error output saying
+    """nbgrader's Execute, but a kernel that dies or stops answering (os._exit, a
+    crash, a fork bomb at its process limit) costs only the cells from there on: they get an error output saying
     why, and the notebook is still graded instead of the whole submission failing."""
 
     def preprocess(self, nb, resources=None, km=None):
@@ -21,12 +21,28 @@ class GuardedExecute(Execute):
             return cell, self.resources
         try:
             return super().preprocess_cell(cell, resources, index)
-        except DeadKernelError:
+        except (DeadKernelError, CellTimeoutError) as e:
+            # CellTimeoutError reaches here only when the kernel stopped sending output
+            # altogether (an ordinary timeout is recorded in the cell by nbclient).
             self._died_in = index
-            cell.outputs.append(_error("KernelDied", "the kernel died while running this cell (os._exit, a crash, or the memory limit)"))
-            self.log.warning("kernel died in cell %d; the remaining cells are marked as not run", index + 1)
+            how = "died" if isinstance(e, DeadKernelError) else "stopped answering"
+            cell.outputs.append(_error("KernelDied", f"the kernel {how} while running this cell (os._exit, a crash, or a resource limit)"))
+            self.log.warning("kernel %s in cell %d; the remaining cells are marked as not run", how, index + 1)
             return cell, self.resources
 
 
 def _error(ename, evalue):
     return new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+class DeduplicateCells(DeduplicateIds):
+    """nbgrader's DeduplicateIds leaves an empty `nbgrader` dict on a duplicated
+    grade cell, which its own schema check then rejects, failing the whole
+    submission. A duplicate becomes an ordinary cell instead; the original,
+    later in the notebook, keeps its metadata and its grade."""
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        cell, resources = super().preprocess_cell(cell, resources, cell_index)
+        if cell.get("metadata", {}).get("nbgrader") == {}:
+            del cell.metadata["nbgrader"]
+        return cell, resources

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from autograder.course import sqlite_url, tool_env
+from autograder.clean_room import enforce
 from autograder.kernel_setup import sweep
 
 RESULT_PREFIX = "@@autograder-result "
@@ -57,6 +58,8 @@ def grade(job):
         auto = api.autograde(assignment, student, force=True, create=True)
         ok, log = auto["success"], auto.get("log", "") + auto.get("error", "")
         if ok:
+            # the authoritative comparison, outside the process that ran the student's code
+            enforce(job["root"], job["course"], student, assignment, sqlite_url(db))
             feedback = api.generate_feedback(assignment, student, force=True)
             ok = feedback["success"]
             if not ok:

@@ -14,6 +14,8 @@ def _load():
         for info in sorted(pkgutil.iter_modules(assignments.__path__), key=lambda m: m.name):
             module = importlib.import_module(f"autograder.assignments.{info.name}")
             for ex in module.EXERCISES:
+                if ex.name in found:
+                    raise ValueError(f"two exercises are named {ex.name!r} ({found[ex.name].notebook} and {module.NOTEBOOK}); names must be unique")
                 ex.notebook = module.NOTEBOOK
                 found[ex.name] = ex
         _exercises = found

@@ -1,0 +1,230 @@
+"""Bad submissions, graded through the real pipeline beside a good one.
+
+Each entry of CATALOG builds one student's submission of notebook 05 from the
+release and the solution, and says what grade it must get and what the
+instructor must be told. One `Grader` run grades them all (2 jobs); no entry
+may crash or hang the run, and the good submission beside them keeps full marks.
+"""
+import json
+from copy import deepcopy
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell
+
+from autograder import registry
+from autograder.grade import Grader, read_grades
+from autograder.release import fill_submission
+from conftest import ROOT, results_of
+
+pytestmark = pytest.mark.slow
+NAME = "05_self_attention"
+FULL = sum(ex.points for ex in registry.for_notebook(NAME))
+LOST_SDPA = FULL - 4 - 3  # scaled_dot_product_attention and SelfAttention, which uses it
+# Short limits so that the endless loops of the catalog end quickly.
+LIMITS = {"AUTOGRADER_CHECK_TIMEOUT": "4", "AUTOGRADER_CELL_TIMEOUT": "20", "AUTOGRADER_PROCESSES": "64"}
+
+
+def sources():
+    rel = nbformat.read(ROOT / "notebooks" / NAME / f"{NAME}.ipynb", as_version=4)
+    sol = nbformat.read(ROOT / "solutions" / NAME / f"{NAME}.ipynb", as_version=4)
+    return rel, sol
+
+
+def complete(code=None):
+    rel, sol = sources()
+    return fill_submission(rel, sol, code or {})
+
+
+def blank():
+    return sources()[0]
+
+
+def index_of(nb, grade_id):
+    return next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def with_cell(source, after="check_attention_scores", nb=None):
+    nb = nb or complete()
+    nb.cells.insert(index_of(nb, after) + 1, new_code_cell(source))
+    return nb
+
+
+def sdpa(body):
+    return {"scaled_dot_product_attention": "import torch\n\ndef scaled_dot_product_attention(q, k, v, mask=None):\n" + body}
+
+
+def edited_tests(nb):
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            cell.source = "print('all good')"
+    return nb
+
+
+def without(nb, grade_id):
+    del nb.cells[index_of(nb, grade_id)]
+    return nb
+
+
+def duplicated(nb, grade_id):
+    copy = deepcopy(nb.cells[index_of(nb, grade_id)])
+    copy["id"] = "duplicate"
+    nb.cells.insert(index_of(nb, grade_id), copy)
+    return nb
+
+
+def kernel(nb, name):
+    nb.metadata["kernelspec"] = {"name": name, "display_name": name, "language": "julia"}
+    return nb
+
+
+# student: (what to write, expected score, words the instructor must see about it)
+CATALOG = {
+    "good": (complete, FULL, None),
+    "stub_loops_forever": (lambda: complete(sdpa("    while True:\n        pass\n")), LOST_SDPA, "did not finish within"),
+    "cell_loops_forever": (lambda: with_cell("while True:\n    pass"), FULL, None),
+    "memory_exhaustion": (lambda: with_cell("hog = bytearray(64 * 2**30)"), FULL, None),
+    "memory_in_stub": (lambda: complete(sdpa("    return bytearray(64 * 2**30)\n")), LOST_SDPA, "raised MemoryError"),
+    "process_bomb": (lambda: with_cell("import os\nwhile True:\n    if os.fork() == 0:\n        while True:\n            pass", after="check_SelfAttention"), FULL, None),
+    "sys_exit": (lambda: with_cell("import sys\nsys.exit()"), FULL, None),
+    "os_exit": (lambda: with_cell("import os\nos._exit(1)"), 3, "kernel died"),
+    "kernel_crash": (lambda: with_cell("import ctypes\nctypes.string_at(0)"), 3, "kernel died"),
+    "megabytes_printed": (lambda: complete(sdpa("    print('x' * 1000 + '\\n' * 1000)\n    s = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5\n    if mask is not None:\n        s = s.masked_fill(~mask, float('-inf'))\n    w = torch.softmax(s, -1).nan_to_num(0.0)\n    return w @ v, w\n")), FULL, None),
+    "nan_output": (lambda: complete(sdpa("    return q * float('nan'), q\n")), LOST_SDPA, "NaN"),
+    "inf_output": (lambda: complete(sdpa("    w = torch.zeros(*q.shape[:-1], k.shape[-2])\n    return (w @ v) + float('inf'), w\n")), LOST_SDPA, "inf"),
+    "wrong_shape": (lambda: complete(sdpa("    return v, q\n")), LOST_SDPA, "has shape"),
+    "wrong_dtype": (lambda: complete(sdpa("    w = torch.softmax(q.double() @ k.double().transpose(-2, -1), -1)\n    return w @ v.double(), w\n")), LOST_SDPA, "has dtype"),
+    "wrong_device": (lambda: complete(sdpa("    w = torch.softmax(q @ k.transpose(-2, -1), -1)\n    return (w @ v).to('meta'), w.to('meta')\n")), LOST_SDPA, "is on meta"),
+    "numpy_instead_of_tensor": (lambda: complete(sdpa("    w = torch.softmax(q @ k.transpose(-2, -1), -1)\n    return (w @ v).detach().numpy(), w\n")), LOST_SDPA, "numpy.ndarray"),
+    "edited_test_cells": (lambda: edited_tests(blank()), 0, "not implemented"),
+    "deleted_test_cell": (lambda: without(complete(), "check_scaled_dot_product_attention"), FULL - 4, None),
+    "duplicated_test_cell": (lambda: duplicated(blank(), "check_causal_mask"), 0, "not implemented"),
+    "deleted_solution_cell": (lambda: without(complete(), "scaled_dot_product_attention"), LOST_SDPA, "NameError"),
+    "wrong_kernel_name": (lambda: kernel(complete(), "julia-1.9"), FULL, None),
+    # tampering: no credit for what was tampered with, and the instructor sees why
+    "rebinds_check": (lambda: with_cell("check = lambda *args, **kwargs: None", after="setup", nb=blank()), 0, "Graded again outside your notebook"),
+    "patches_the_comparison": (lambda: with_cell("import autograder.core as c\nc.compare_outcomes = lambda *a, **k: ''\nc.compare_value = lambda *a, **k: ''", after="setup",
+                                                 nb=complete(sdpa("    w = torch.zeros(*q.shape[:-1], k.shape[-2])\n    return w @ v, w\n"))), LOST_SDPA, "Graded again outside your notebook"),
+    "patches_torch_comparisons": (lambda: with_cell("import torch\ntorch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\ntorch.testing.assert_close = lambda *a, **k: None", after="setup",
+                                                    nb=complete(sdpa("    w = torch.zeros(*q.shape[:-1], k.shape[-2])\n    return w @ v, w\n"))), LOST_SDPA, None),
+    "uses_solutions_lib": (lambda: complete({"scaled_dot_product_attention": "from solutions_lib.attention import scaled_dot_product_attention"}), LOST_SDPA, "Graded again outside your notebook"),
+    "invalid_json": ("{ this is not json", 0, "could not be read"),
+    "empty_file": ("", 0, "could not be read"),
+    "missing_notebook": (None, 0, "missing"),
+    "extra_files": (complete, FULL, None),
+}
+
+
+def write(course, student, make):
+    folder = course / "submitted" / student / NAME
+    folder.mkdir(parents=True)
+    path = folder / f"{NAME}.ipynb"
+    if make is None:
+        (folder / "my_work.ipynb").write_text("{}")
+    elif isinstance(make, str):
+        path.write_text(make)
+    else:
+        nbformat.write(make(), path)
+    if student == "extra_files":
+        (folder / "notes.txt").write_text("scratch")
+        nbformat.write(blank(), folder / "scratch.ipynb")
+
+
+@pytest.fixture(scope="module")
+def bad_course(tmp_path_factory):
+    course = tmp_path_factory.mktemp("bad")
+    for student, (make, _, _) in CATALOG.items():
+        write(course, student, make)
+    old = {k: os.environ.get(k) for k in LIMITS}
+    os.environ.update(LIMITS)
+    messages = []
+    try:
+        start = time.time()
+        graded, skipped, failed = Grader(course, root=ROOT, log=messages.append).run(jobs=2, progress=False)
+        took = time.time() - start
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    grades = {g["student_id"]: g for g in read_grades(course)}
+    problems = (course / "grading_problems.csv").read_text() if (course / "grading_problems.csv").exists() else ""
+    return {"course": course, "grades": grades, "failed": failed, "messages": messages, "problems": problems, "took": took}
+
+
+@pytest.mark.parametrize("student", list(CATALOG))
+def test_bad_submission_gets_its_grade_and_a_reason(bad_course, student):
+    _, expected, words = CATALOG[student]
+    row = bad_course["grades"].get(student)
+    assert row is not None, f"{student} is missing from grades.csv"
+    assert float(row["score"]) == pytest.approx(expected), student
+    assert float(row["max_score"]) == FULL
+    if words:
+        if (bad_course["course"] / "autograded" / student / NAME / f"{NAME}.ipynb").exists():
+            reasons = " ".join(r.reason for r in results_of(bad_course["course"], student, NAME).values())
+        else:
+            reasons = bad_course["problems"]
+        assert words in reasons, (student, reasons)
+
+
+def test_no_process_is_left_behind(bad_course):
+    # Grading as root, each kernel and whatever it forks live in a pids cgroup of their
+    # own, which the grader empties and removes after the notebook.
+    from autograder.kernel_setup import PIDS
+
+    if os.geteuid() == 0 and os.access(PIDS, os.W_OK):
+        for group in [g for g in os.listdir(PIDS) if g.startswith("autograder-")]:
+            owner = group.split("-")[1]
+            if not os.path.exists(f"/proc/{owner}"):  # its grader has finished: nothing may run in it
+                assert (open(os.path.join(PIDS, group, "cgroup.procs")).read().split() == []), group
+    assert float(bad_course["grades"]["process_bomb"]["score"]) == FULL
+
+
+def test_megabytes_of_output_are_cut(bad_course):
+    path = bad_course["course"] / "autograded" / "megabytes_printed" / NAME / f"{NAME}.ipynb"
+    assert path.stat().st_size < 2_000_000
+
+
+# ---------------------------------------------------------------- interrupted and parallel runs
+
+
+def grade_cli(course, *args):
+    return subprocess.Popen(
+        [sys.executable, "-m", "autograder", "grade", str(course), "--no-progress", *args],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+
+
+def test_a_run_killed_halfway_resumes_without_losing_or_duplicating_grades(tmp_path):
+    course = tmp_path
+    students = ["s1", "s2", "s3", "s4"]
+    for i, s in enumerate(students):
+        write(course, s, complete if i % 2 == 0 else blank)
+    proc = grade_cli(course, "--jobs", "2")
+    manifest = course / ".autograder" / "manifest.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (manifest.exists() and json.loads(manifest.read_text()).get("graded")):
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)  # the machine goes down mid-run
+    proc.wait()
+    first = json.loads(manifest.read_text())["graded"]
+    assert 0 < len(first) < len(students), "the run should have been stopped halfway"
+    proc = grade_cli(course, "--jobs", "2")
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    assert f"graded {len(students) - len(first)}, unchanged {len(first)}, failed 0" in out
+    grades = read_grades(course)
+    assert sorted(g["student_id"] for g in grades) == students
+    for g in grades:
+        assert float(g["score"]) == (FULL if g["student_id"] in ("s1", "s3") else 0)
+    # a serial regrade from scratch agrees with the parallel, resumed one
+    proc = grade_cli(course, "--jobs", "1", "--force")
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    assert [(g["student_id"], g["score"]) for g in read_grades(course)] == [(g["student_id"], g["score"]) for g in grades]
