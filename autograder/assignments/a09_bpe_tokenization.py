@@ -1,0 +1,556 @@
+"""Checks for notebook 09: byte-pair encoding over UTF-8 bytes.
+
+The inputs are small corpora generated at check time from fixed seeds: words
+built from a few syllables (some with accents), with a Zipf-like frequency, so
+that there are frequent pairs, ties and characters beyond ASCII. Texts to
+encode also hold characters no corpus contains (emoji, CJK, Greek).
+
+Each known mistake is a complete wrong implementation, written as a learner
+would write it, and self-contained: it uses only the standard library
+(imported inside the function), never another exercise's function.
+"""
+import random
+
+from autograder.core import Call, Case, Exercise, Mistake
+from solutions_lib import bpe
+
+NOTEBOOK = "09_bpe_tokenization"
+
+SYLLABLES = ["lo", "w", "er", "est", "new", "wid", "ing", "th", "e", "an", "d", "ca", "fé", "ü", "ber", "ñ", "a"]
+UNSEEN = ["🙂", "日本語", "Ωμέγα", "🚀🚀", "ø", "\t", "naïve…", "𝔅"]
+
+
+def corpus(seed, n_words, n_lexicon=12, text_seed=None):
+    """A text of `n_words` words drawn from a lexicon of made-up words (Zipf-like frequencies).
+
+    The lexicon depends on `seed` only; `text_seed` draws another text from the same lexicon.
+    """
+    r = random.Random(seed)
+    lexicon = ["".join(r.choice(SYLLABLES) for _ in range(r.randint(1, 3))) for _ in range(n_lexicon)]
+    if text_seed is not None:
+        r = random.Random(text_seed)
+    weights = [1 / (k + 1) for k in range(n_lexicon)]
+    words = r.choices(lexicon, weights, k=n_words)
+    text = ""
+    for w in words:
+        text += r.choice([" ", " ", " ", " ", "  ", "\n", ", "]) + w
+    return text[1:] + r.choice(["", ".", " \n"])
+
+
+def unseen_text(seed, n_words):
+    """A text in the style of corpus(seed, ...) with characters that no corpus contains."""
+    r = random.Random(seed + 1000)
+    pieces = corpus(seed, n_words, text_seed=seed + 500).split(" ")
+    for extra in ["🙂"] + r.sample(UNSEEN[1:], 2):
+        pieces.insert(r.randrange(len(pieces) + 1), extra)
+    return " ".join(pieces)
+
+
+def _words_after(text, n_merges):
+    """The corpus as lists of ids after its first `n_merges` merges."""
+    words = bpe.text_to_words(text)
+    for k, pair in enumerate(bpe.train_bpe(text, bpe.N_BYTES + n_merges)):
+        words = [bpe.merge_pair(w, pair, bpe.N_BYTES + k) for w in words]
+    return words
+
+
+# ---------------------------------------------------------------- pair_counts
+
+
+def _pair_counts_case(label, make_words, hidden=False):
+    return Case(label, lambda: Call((make_words(),)), hidden=hidden, grad=False)
+
+
+def pair_counts_cases():
+    return [
+        _pair_counts_case("the words ['low', ' lower', ' aaa'] as bytes", lambda: bpe.text_to_words("low lower aaa")),
+        _pair_counts_case("a generated corpus of 40 words, as bytes", lambda: bpe.text_to_words(corpus(1, 40))),
+        _pair_counts_case("a generated corpus of 60 words after 10 merges", lambda: _words_after(corpus(2, 60), 10)),
+        _pair_counts_case("words of one id and no words", lambda: [[97], [], [98, 98]]),
+        _pair_counts_case("no words at all", lambda: []),
+        _pair_counts_case("hidden", lambda: _words_after(corpus(3, 80), 20), hidden=True),
+    ]
+
+
+def pair_counts_across_words(words):
+    flat = [i for ids in words for i in ids]
+    counts = {}
+    for pair in zip(flat, flat[1:]):
+        counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+def pair_counts_once_per_word(words):
+    counts = {}
+    for ids in words:
+        for pair in set(zip(ids, ids[1:])):
+            counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+def pair_counts_stops_early(words):
+    counts = {}
+    for ids in words:
+        for i in range(len(ids) - 2):
+            pair = (ids[i], ids[i + 1])
+            counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+# ---------------------------------------------------------------- merge_pair
+
+
+def _merge_case(label, ids, pair, new_id, hidden=False):
+    return Case(label, lambda: Call((list(ids), tuple(pair), new_id)), hidden=hidden, grad=False)
+
+
+def _random_ids(seed, n, alphabet=3):
+    r = random.Random(seed)
+    return [97 + r.randrange(alphabet) for _ in range(n)]
+
+
+def merge_cases():
+    cases = [
+        _merge_case("'aaa' with the pair (a, a)", [97, 97, 97], (97, 97), 256),
+        _merge_case("'aaaa' with the pair (a, a)", [97, 97, 97, 97], (97, 97), 256),
+        _merge_case("'abcab' with the pair (a, b)", [97, 98, 99, 97, 98], (97, 98), 300),
+        _merge_case("'xab' with the pair (a, b), at the end", [120, 97, 98], (97, 98), 257),
+        _merge_case("a pair that does not occur", [97, 98, 99], (99, 97), 256),
+        _merge_case("an empty list", [], (97, 98), 256),
+    ]
+    for seed, pair in [(11, (97, 98)), (12, (98, 98)), (13, (97, 97))]:
+        cases.append(_merge_case(f"random ids from 'abc', length 30, pair {pair}", _random_ids(seed, 30), pair, 256 + seed))
+    cases.append(_merge_case("hidden", _random_ids(14, 50, alphabet=2), (98, 98), 400, hidden=True))
+    return cases
+
+
+def merge_pair_no_skip(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+        else:
+            out.append(ids[i])
+        i += 1
+    return out
+
+
+def merge_pair_right_to_left(ids, pair, new_id):
+    out, i = [], len(ids) - 1
+    while i >= 0:
+        if i >= 1 and (ids[i - 1], ids[i]) == pair:
+            out.insert(0, new_id)
+            i -= 2
+        else:
+            out.insert(0, ids[i])
+            i -= 1
+    return out
+
+
+def merge_pair_first_only(ids, pair, new_id):
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == pair:
+            return ids[:i] + [new_id] + ids[i + 2:]
+    return list(ids)
+
+
+def merge_pair_drops_last(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids) - 1:
+        if (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+# ---------------------------------------------------------------- train_bpe
+
+
+def _train_case(label, make_text, vocab_size, part="generated corpora", hidden=False):
+    return Case(label, lambda: Call((make_text(), vocab_size)), part=part, hidden=hidden, grad=False)
+
+
+def train_cases():
+    return [
+        _train_case("'low lower lowest newer wider', vocab_size=266", lambda: "low lower lowest newer wider", 266),
+        _train_case("a generated corpus of 80 words, vocab_size=280", lambda: corpus(21, 80), 280),
+        _train_case("a generated corpus of 150 words, vocab_size=300", lambda: corpus(22, 150), 300),
+        _train_case("'aaaa aaaa', vocab_size=260", lambda: "aaaa aaaa", 260),
+        _train_case("'ab ab', vocab_size=300 (runs out of pairs)", lambda: "ab ab", 300, part="stops when no pair is left"),
+        _train_case("an empty text, vocab_size=300", lambda: "", 300, part="stops when no pair is left"),
+        _train_case("vocab_size=256: no merges", lambda: corpus(23, 20), 256, part="stops when no pair is left"),
+        _train_case("hidden", lambda: corpus(24, 200, n_lexicon=20), 320, hidden=True),
+    ]
+
+
+def train_bpe_ties_first_seen(text, vocab_size):
+    import re
+
+    words = [list(w.encode("utf-8")) for w in re.findall(r"\s*\S+|\s+", text)]
+    merges = []
+    while 256 + len(merges) < vocab_size:
+        counts = {}
+        for ids in words:
+            for pair in zip(ids, ids[1:]):
+                counts[pair] = counts.get(pair, 0) + 1
+        if not counts:
+            break
+        best = max(counts, key=counts.get)
+        new_id = 256 + len(merges)
+        merged = []
+        for ids in words:
+            out, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best:
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(ids[i])
+                    i += 1
+            merged.append(out)
+        words = merged
+        merges.append(best)
+    return merges
+
+
+def train_bpe_ties_largest(text, vocab_size):
+    import re
+
+    words = [list(w.encode("utf-8")) for w in re.findall(r"\s*\S+|\s+", text)]
+    merges = []
+    while 256 + len(merges) < vocab_size:
+        counts = {}
+        for ids in words:
+            for pair in zip(ids, ids[1:]):
+                counts[pair] = counts.get(pair, 0) + 1
+        if not counts:
+            break
+        best = max(counts, key=lambda p: (counts[p], p))
+        new_id = 256 + len(merges)
+        merged = []
+        for ids in words:
+            out, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best:
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(ids[i])
+                    i += 1
+            merged.append(out)
+        words = merged
+        merges.append(best)
+    return merges
+
+
+def train_bpe_across_words(text, vocab_size):
+    ids = list(text.encode("utf-8"))
+    merges = []
+    while 256 + len(merges) < vocab_size:
+        counts = {}
+        for pair in zip(ids, ids[1:]):
+            counts[pair] = counts.get(pair, 0) + 1
+        if not counts:
+            break
+        best = min(counts, key=lambda p: (-counts[p], p))
+        new_id = 256 + len(merges)
+        out, i = [], 0
+        while i < len(ids):
+            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best:
+                out.append(new_id)
+                i += 2
+            else:
+                out.append(ids[i])
+                i += 1
+        ids = out
+        merges.append(best)
+    return merges
+
+
+def train_bpe_vocab_size_as_merges(text, vocab_size):
+    import re
+
+    words = [list(w.encode("utf-8")) for w in re.findall(r"\s*\S+|\s+", text)]
+    merges = []
+    while len(merges) < vocab_size:
+        counts = {}
+        for ids in words:
+            for pair in zip(ids, ids[1:]):
+                counts[pair] = counts.get(pair, 0) + 1
+        if not counts:
+            break
+        best = min(counts, key=lambda p: (-counts[p], p))
+        new_id = 256 + len(merges)
+        merged = []
+        for ids in words:
+            out, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best:
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(ids[i])
+                    i += 1
+            merged.append(out)
+        words = merged
+        merges.append(best)
+    return merges
+
+
+def train_bpe_counted_once(text, vocab_size):
+    import re
+
+    words = [list(w.encode("utf-8")) for w in re.findall(r"\s*\S+|\s+", text)]
+    counts = {}
+    for ids in words:
+        for pair in zip(ids, ids[1:]):
+            counts[pair] = counts.get(pair, 0) + 1
+    ranked = sorted(counts, key=lambda p: (-counts[p], p))
+    return ranked[: max(0, vocab_size - 256)]
+
+
+# ---------------------------------------------------------------- encode
+
+
+def _merges_of(seed, n_words, n_merges):
+    return bpe.train_bpe(corpus(seed, n_words), bpe.N_BYTES + n_merges)
+
+
+def _encode_case(label, make_text, make_merges, part="texts like the corpus", hidden=False):
+    return Case(label, lambda: Call((make_text(), make_merges())), part=part, hidden=hidden, grad=False)
+
+
+def encode_cases():
+    return [
+        _encode_case("a sentence of its own corpus, 30 merges", lambda: corpus(31, 15), lambda: _merges_of(31, 60, 30)),
+        _encode_case("a new text in the corpus' style, 50 merges", lambda: corpus(31, 25, text_seed=7), lambda: _merges_of(31, 60, 50)),
+        _encode_case("'aaaaaaa' with the merges of 'aaaa aaaa'", lambda: "aaaaaaa", lambda: bpe.train_bpe("aaaa aaaa", 260)),
+        _encode_case("no merges at all", lambda: "café ünter", lambda: []),
+        _encode_case("a text with unseen characters (an emoji and two others)", lambda: unseen_text(34, 20), lambda: _merges_of(34, 80, 40), part="unseen characters"),
+        _encode_case("an empty text", lambda: "", lambda: _merges_of(35, 40, 20), part="unseen characters"),
+        _encode_case("hidden", lambda: unseen_text(36, 60), lambda: _merges_of(36, 150, 70), part="unseen characters", hidden=True),
+    ]
+
+
+def encode_codepoints(text, merges):
+    import re
+
+    ranks = {pair: 256 + k for k, pair in enumerate(merges)}
+    out = []
+    for word in re.findall(r"\s*\S+|\s+", text):
+        ids = [ord(c) for c in word]
+        while len(ids) > 1:
+            pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, float("inf")))
+            if pair not in ranks:
+                break
+            merged, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                    merged.append(ranks[pair])
+                    i += 2
+                else:
+                    merged.append(ids[i])
+                    i += 1
+            ids = merged
+        out.extend(ids)
+    return out
+
+
+def encode_latest_merge_first(text, merges):
+    import re
+
+    ranks = {pair: 256 + k for k, pair in enumerate(merges)}
+    out = []
+    for word in re.findall(r"\s*\S+|\s+", text):
+        ids = list(word.encode("utf-8"))
+        while len(ids) > 1:
+            known = [p for p in zip(ids, ids[1:]) if p in ranks]
+            if not known:
+                break
+            pair = max(known, key=lambda p: ranks[p])
+            merged, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                    merged.append(ranks[pair])
+                    i += 2
+                else:
+                    merged.append(ids[i])
+                    i += 1
+            ids = merged
+        out.extend(ids)
+    return out
+
+
+def encode_drops_whitespace(text, merges):
+    ranks = {pair: 256 + k for k, pair in enumerate(merges)}
+    out = []
+    for word in text.split():
+        ids = list(word.encode("utf-8"))
+        while len(ids) > 1:
+            pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, float("inf")))
+            if pair not in ranks:
+                break
+            merged, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                    merged.append(ranks[pair])
+                    i += 2
+                else:
+                    merged.append(ids[i])
+                    i += 1
+            ids = merged
+        out.extend(ids)
+    return out
+
+
+def encode_leftmost_known_pair(text, merges):
+    import re
+
+    ranks = {pair: 256 + k for k, pair in enumerate(merges)}
+    out = []
+    for word in re.findall(r"\s*\S+|\s+", text):
+        ids = list(word.encode("utf-8"))
+        while True:
+            for i in range(len(ids) - 1):
+                if (ids[i], ids[i + 1]) in ranks:
+                    ids = ids[:i] + [ranks[(ids[i], ids[i + 1])]] + ids[i + 2:]
+                    break
+            else:
+                break
+        out.extend(ids)
+    return out
+
+
+# ---------------------------------------------------------------- decode
+
+
+def _decode_case(label, make_ids, seed, n_words, n_merges, part="ids from encode", hidden=False):
+    def make():
+        merges = _merges_of(seed, n_words, n_merges)
+        return Call((make_ids(merges), merges))
+
+    return Case(label, make, part=part, hidden=hidden, grad=False)
+
+
+def _random_token_ids(seed, n):
+    def make(merges):
+        r = random.Random(seed)
+        return [r.randrange(bpe.N_BYTES + len(merges)) for _ in range(n)]
+
+    return make
+
+
+def decode_cases():
+    return [
+        _decode_case("the encoding of a sentence of the corpus, 30 merges", lambda m: bpe.encode(corpus(41, 15), m), 41, 60, 30),
+        _decode_case("the encoding of a text with unseen characters, 40 merges", lambda m: bpe.encode(unseen_text(42, 20), m), 42, 80, 40),
+        _decode_case("no ids", lambda m: [], 43, 20, 10),
+        _decode_case("random ids (not always valid UTF-8), 20 merges", _random_token_ids(44, 40), 44, 60, 20, part="any ids"),
+        _decode_case("hidden", lambda m: bpe.encode(unseen_text(45, 60), m), 45, 150, 70, hidden=True),
+        _decode_case("hidden", _random_token_ids(46, 80), 46, 100, 50, part="any ids", hidden=True),
+    ]
+
+
+def decode_per_token(ids, merges):
+    vocab = {i: bytes([i]) for i in range(256)}
+    for k, (a, b) in enumerate(merges):
+        vocab[256 + k] = vocab[a] + vocab[b]
+    return "".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
+
+
+def decode_latin1(ids, merges):
+    vocab = {i: bytes([i]) for i in range(256)}
+    for k, (a, b) in enumerate(merges):
+        vocab[256 + k] = vocab[a] + vocab[b]
+    return "".join(chr(byte) for i in ids for byte in vocab[i])
+
+
+def decode_pair_reversed(ids, merges):
+    vocab = {i: bytes([i]) for i in range(256)}
+    for k, (a, b) in enumerate(merges):
+        vocab[256 + k] = vocab[b] + vocab[a]
+    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+
+
+def decode_strict(ids, merges):
+    vocab = {i: bytes([i]) for i in range(256)}
+    for k, (a, b) in enumerate(merges):
+        vocab[256 + k] = vocab[a] + vocab[b]
+    return b"".join(vocab[i] for i in ids).decode("utf-8")
+
+
+# ---------------------------------------------------------------- the catalog
+
+EXERCISES = [
+    Exercise(
+        "pair_counts",
+        bpe.pair_counts,
+        points=1,
+        cases=pair_counts_cases,
+        mistakes=[
+            Mistake("across_words", "you counted pairs across word boundaries (the last id of one word with the first of the next); count inside each word only.", pair_counts_across_words),
+            Mistake("once_per_word", "you counted each pair once per word; count every occurrence, so 'aaa' holds (a, a) twice.", pair_counts_once_per_word),
+            Mistake("stops_early", "your loop stops one pair early and misses the last pair of every word; a word of n ids has n - 1 pairs.", pair_counts_stops_early),
+        ],
+    ),
+    Exercise(
+        "merge_pair",
+        bpe.merge_pair,
+        points=2,
+        cases=merge_cases,
+        mistakes=[
+            Mistake("no_skip", "after a merge you did not skip the second id of the pair, so it is kept or merged again ('aaa' with (a, a) must give [new_id, a]); advance by 2 after a merge.", merge_pair_no_skip),
+            Mistake("right_to_left", "you scanned from right to left; merge from the left, so 'aaa' with (a, a) gives [new_id, a], not [a, new_id].", merge_pair_right_to_left),
+            Mistake("first_only", "you merged only the first occurrence of the pair; replace every one.", merge_pair_first_only),
+            Mistake("drops_last", "the last id goes missing when it is not part of a merge; when the loop ends one id before the end, append that id too.", merge_pair_drops_last),
+        ],
+    ),
+    Exercise(
+        "train_bpe",
+        bpe.train_bpe,
+        points=3,
+        cases=train_cases,
+        parts={"generated corpora": 3, "stops when no pair is left": 1},
+        depends_on=("pair_counts", "merge_pair"),
+        mistakes=[
+            Mistake("ties_first_seen", "ties are broken by whichever pair was counted first (max(counts, key=counts.get)); the rule is: among equally frequent pairs take the smallest (a, b), e.g. min(counts, key=lambda p: (-counts[p], p)).", train_bpe_ties_first_seen),
+            Mistake("ties_largest", "among equally frequent pairs you took the largest (a, b); the rule is to take the smallest.", train_bpe_ties_largest),
+            Mistake("across_words", "you merged pairs across word boundaries by training on the whole text as one sequence; train on split_words(text), one list of bytes per word.", train_bpe_across_words),
+            Mistake("vocab_size_as_merges", "vocab_size counts the 256 byte tokens too, so learn vocab_size - 256 merges, not vocab_size.", train_bpe_vocab_size_as_merges),
+            Mistake("counted_once", "you counted the pairs once and took the top ones; every merge changes the counts, so recount after each merge.", train_bpe_counted_once),
+        ],
+    ),
+    Exercise(
+        "encode",
+        bpe.encode,
+        points=2,
+        cases=encode_cases,
+        parts={"texts like the corpus": 2, "unseen characters": 1},
+        depends_on=("merge_pair",),
+        mistakes=[
+            Mistake("codepoints", "you started from the characters' code points (ord); start from the UTF-8 bytes, list(word.encode('utf-8')), so that every character, seen or not, becomes ids 0..255.", encode_codepoints),
+            Mistake("latest_merge_first", "you applied the most recently learned merge first; apply merges in the order they were learned: always the pair with the lowest rank.", encode_latest_merge_first),
+            Mistake("drops_whitespace", "text.split() throws the whitespace away, so it can never be decoded again; cut the text with split_words, which keeps it.", encode_drops_whitespace),
+            Mistake("leftmost_pair", "you merged the leftmost pair that has a merge rule; merge the pair that was learned earliest (lowest rank), wherever it is in the word.", encode_leftmost_known_pair),
+        ],
+    ),
+    Exercise(
+        "decode",
+        bpe.decode,
+        points=2,
+        cases=decode_cases,
+        parts={"ids from encode": 2, "any ids": 1},
+        mistakes=[
+            Mistake("per_token", "you decoded each token on its own; a character unseen in training is split over several byte tokens, so join all the bytes first and decode them once.", decode_per_token),
+            Mistake("latin1", "you turned each byte into a character with chr; characters beyond ASCII take 2 to 4 bytes in UTF-8, so join the bytes and call .decode('utf-8').", decode_latin1),
+            Mistake("pair_reversed", "a merged token (a, b) stands for the bytes of a followed by those of b, not b then a.", decode_pair_reversed),
+            Mistake("strict", "ids that do not form valid UTF-8 made decode raise; decode with errors='replace' as the docstring says.", decode_strict),
+        ],
+    ),
+]
+
+# The demo's third student makes these two mistakes (exercise, mistake name).
+DEMO_MISTAKES = [("merge_pair", "no_skip"), ("decode", "per_token")]

@@ -1,0 +1,127 @@
+"""Byte-pair encoding (BPE) over UTF-8 bytes (notebook 09).
+
+A text is cut into words (each word keeps the whitespace in front of it), every
+word becomes its UTF-8 bytes, ids 0..255, and training merges the most frequent
+adjacent pair of ids inside a word into a new id: 256, 257, ... Merges never
+cross a word boundary.
+
+Every string is a sequence of bytes, so encoding never meets an unknown symbol,
+and decode(encode(text, merges), merges) == text for every string, including
+characters that never occurred in training.
+
+Merges are a list of pairs: merges[k] = (a, b) means "a followed by b becomes
+the token 256 + k". Ties between equally frequent pairs go to the smallest pair
+(a, b), compared as tuples: first a, then b.
+"""
+import re
+
+N_BYTES = 256  # the base vocabulary: one token per byte value
+
+# A word: any whitespace, then a run of non-whitespace; or whitespace at the end.
+_WORD = re.compile(r"\s*\S+|\s+")
+
+
+def split_words(text):
+    """Cut `text` into words that keep the whitespace before them.
+
+    "".join(split_words(text)) == text;  split_words("hi  you\n") == ["hi", "  you", "\n"]
+    """
+    return _WORD.findall(text)
+
+
+def text_to_words(text):
+    """The words of `text` as lists of byte ids (ints in 0..255)."""
+    return [list(word.encode("utf-8")) for word in split_words(text)]
+
+
+def pair_counts(words):
+    """How often each adjacent pair of ids occurs, inside words only.
+
+    words: list of lists of ids (one list per word)
+    returns: dict {(a, b): count}; "aaa" holds the pair (a, a) twice.
+    """
+    counts = {}
+    for ids in words:
+        for pair in zip(ids, ids[1:]):
+            counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+def merge_pair(ids, pair, new_id):
+    """Replace every occurrence of `pair` in `ids` by `new_id`, scanning left to right.
+
+    ids: list of ids; pair: (a, b); returns a new list. An occurrence that overlaps
+    one already merged is skipped: merging (a, a) in [a, a, a] gives [new_id, a].
+    """
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def most_frequent_pair(counts):
+    """The pair with the highest count; among ties, the smallest pair (a, b)."""
+    return min(counts, key=lambda pair: (-counts[pair], pair))
+
+
+def train_bpe(text, vocab_size):
+    """Learn vocab_size - 256 merges from `text` (fewer if no pair is left).
+
+    returns merges: list of pairs (a, b); merges[k] creates the token 256 + k.
+    """
+    words = text_to_words(text)
+    merges = []
+    while N_BYTES + len(merges) < vocab_size:
+        counts = pair_counts(words)
+        if not counts:
+            break
+        pair = most_frequent_pair(counts)
+        new_id = N_BYTES + len(merges)
+        words = [merge_pair(ids, pair, new_id) for ids in words]
+        merges.append(pair)
+    return merges
+
+
+def encode_word(ids, ranks):
+    """Apply the merges to one word: always the earliest learned pair first.
+
+    ids: list of byte ids; ranks: {pair: new_id}; returns the list of token ids.
+    """
+    while len(ids) > 1:
+        pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, float("inf")))
+        if pair not in ranks:
+            break
+        ids = merge_pair(ids, pair, ranks[pair])
+    return ids
+
+
+def encode(text, merges):
+    """Token ids of `text`: its UTF-8 bytes with the merges applied in the order learned.
+
+    returns: list of ints in 0 .. 256 + len(merges) - 1
+    """
+    ranks = {pair: N_BYTES + k for k, pair in enumerate(merges)}
+    return [t for ids in text_to_words(text) for t in encode_word(ids, ranks)]
+
+
+def token_bytes(merges):
+    """The bytes each token stands for: {id: bytes}, for the 256 bytes and every merge."""
+    vocab = {i: bytes([i]) for i in range(N_BYTES)}
+    for k, (a, b) in enumerate(merges):
+        vocab[N_BYTES + k] = vocab[a] + vocab[b]
+    return vocab
+
+
+def decode(ids, merges):
+    """The text behind token ids: join their bytes, then decode the bytes once as UTF-8.
+
+    Bytes that are not valid UTF-8 (possible only for ids that encode did not
+    produce) become the replacement character U+FFFD.
+    """
+    vocab = token_bytes(merges)
+    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
