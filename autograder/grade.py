@@ -127,7 +127,7 @@ class Grader:
                     os.replace(paths[name].with_suffix(".tmp"), paths[name])
         return paths
 
-    def _start_worker(self, index, items):
+    def _start_worker(self, index, items, jobs):
         jobfile = self.state / f"job-{index}.json"
         jobfile.write_text(json.dumps({
             "root": str(self.root),
@@ -136,9 +136,12 @@ class Grader:
             "items": items,
         }))
         log = open(self.state / f"worker-{index}.log", "w")
+        env = tool_env()
+        if jobs > 1:  # J kernels at a time already fill the cores; more threads each only fight
+            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
         proc = subprocess.Popen(
             [sys.executable, "-m", "autograder.nbgrader_jobs", str(jobfile)],
-            cwd=self.course, env=tool_env(), stdout=subprocess.PIPE, stderr=log, text=True,
+            cwd=self.course, env=env, stdout=subprocess.PIPE, stderr=log, text=True,
         )
         return proc, log
 
@@ -177,7 +180,7 @@ class Grader:
             workers = []
             for i, group in enumerate(groups):
                 items = [[s, a, str(self.gradebook(s, a))] for s, a in group]
-                proc, log = self._start_worker(i, items)
+                proc, log = self._start_worker(i, items, len(groups))
                 threading.Thread(target=_read_results, args=(proc, events), daemon=True).start()
                 workers.append((proc, log, group))
             bar = _progress(len(todo), progress)
