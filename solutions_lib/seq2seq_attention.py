@@ -1,0 +1,189 @@
+"""Attention in a recurrent encoder-decoder (notebook 03).
+
+At decoder step t, with decoder state s (B, d_s) and encoder states h (B, T, d_h):
+    scores   e_i   = score(s, h_i)                 (B, T)
+    weights  alpha = softmax(e) over the T source positions
+    context  a     = sum_i alpha_i h_i             (B, d_h)
+and the output is read from [a; s]. Masks are boolean, True where attention is allowed.
+"""
+import math
+
+import torch
+from torch import nn
+
+# ---------------------------------------------------------------- score functions
+# Every score takes s: (B, d_s) and h: (B, T, d_h) and returns scores: (B, T).
+
+
+def dot_score(s, h):
+    """e_i = s . h_i (needs d_s = d_h)."""
+    return (h @ s.unsqueeze(-1)).squeeze(-1)
+
+
+def scaled_dot_score(s, h):
+    """e_i = s . h_i / sqrt(d_h)."""
+    return dot_score(s, h) / math.sqrt(h.size(-1))
+
+
+class GeneralScore(nn.Module):
+    """Multiplicative ("general") score e_i = s^T W h_i, with W: (d_s, d_h).
+
+    W is stored as self.W = nn.Linear(d_h, d_s, bias=False), so self.W(h_i) = W h_i.
+    """
+
+    def __init__(self, d_s, d_h):
+        super().__init__()
+        self.W = nn.Linear(d_h, d_s, bias=False)
+
+    def forward(self, s, h):
+        return dot_score(s, self.W(h))
+
+
+class AdditiveScore(nn.Module):
+    """Additive (Bahdanau) score e_i = v^T tanh(W1 h_i + W2 s).
+
+    W1: nn.Linear(d_h, d_a), W2: nn.Linear(d_s, d_a), v: nn.Linear(d_a, 1), none with bias.
+    """
+
+    def __init__(self, d_s, d_h, d_a):
+        super().__init__()
+        self.W1 = nn.Linear(d_h, d_a, bias=False)
+        self.W2 = nn.Linear(d_s, d_a, bias=False)
+        self.v = nn.Linear(d_a, 1, bias=False)
+
+    def forward(self, s, h):
+        hidden = torch.tanh(self.W1(h) + self.W2(s).unsqueeze(1))  # (B, T, d_a)
+        return self.v(hidden).squeeze(-1)
+
+
+def cosine_score(s, h, eps=1e-8):
+    """Content-based score e_i = cos(s, h_i) = s . h_i / (|s| |h_i|), in [-1, 1].
+
+    Each norm is clamped to at least eps, so a zero vector scores 0, not NaN.
+    """
+    s = s / s.norm(dim=-1, keepdim=True).clamp_min(eps)
+    h = h / h.norm(dim=-1, keepdim=True).clamp_min(eps)
+    return dot_score(s, h)
+
+
+class LocationScore(nn.Module):
+    """Location-based score e = W s: one score per source position, from s alone.
+
+    W: nn.Linear(d_s, max_len, bias=False); sources longer than max_len cannot be scored.
+    Only the first T scores are kept, T = h.size(1); h is used for its length only.
+    """
+
+    def __init__(self, d_s, max_len):
+        super().__init__()
+        self.W = nn.Linear(d_s, max_len, bias=False)
+
+    def forward(self, s, h):
+        return self.W(s)[:, : h.size(1)]
+
+
+# ---------------------------------------------------------------- weights and context
+
+
+def attention_weights(scores, mask=None):
+    """Softmax of the scores over the source positions.
+
+    scores: (B, T); mask: bool (B, T), True at the positions that may be attended to
+    returns alpha: (B, T), each row sums to 1 and is 0 where the mask is False
+    """
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+def context_vector(alpha, h):
+    """a = sum_i alpha_i h_i.
+
+    alpha: (B, T), h: (B, T, d_h) -> a: (B, d_h)
+    """
+    return (alpha.unsqueeze(-1) * h).sum(dim=1)
+
+
+# ---------------------------------------------------------------- the decoder
+
+
+class AttentionDecoderStep(nn.Module):
+    """One step of a GRU decoder with additive attention over the encoder states.
+
+    Submodules: embedding = nn.Embedding(vocab_size, d_emb),
+    cell = nn.GRUCell(d_emb, d_h), attention = AdditiveScore(d_h, d_h, d_h),
+    out = nn.Linear(2 * d_h, vocab_size).
+
+    y_prev: (B,) previous output token ids; s_prev: (B, d_h) previous decoder state
+    h: (B, T, d_h) encoder states; mask: bool (B, T), True at real source tokens
+    returns logits: (B, vocab_size), s: (B, d_h) the new state, alpha: (B, T)
+    """
+
+    def __init__(self, vocab_size, d_emb, d_h):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_emb)
+        self.cell = nn.GRUCell(d_emb, d_h)
+        self.attention = AdditiveScore(d_h, d_h, d_h)
+        self.out = nn.Linear(2 * d_h, vocab_size)
+
+    def forward(self, y_prev, s_prev, h, mask=None):
+        s = self.cell(self.embedding(y_prev), s_prev)
+        alpha = attention_weights(self.attention(s, h), mask)
+        a = context_vector(alpha, h)
+        return self.out(torch.cat([a, s], dim=-1)), s, alpha
+
+
+class Seq2SeqAttention(nn.Module):
+    """A GRU encoder and an attention decoder, trained with teacher forcing.
+
+    Submodules: embedding = nn.Embedding(vocab_size, d_emb) for the source,
+    encoder = nn.GRU(d_emb, d_h, batch_first=True),
+    decoder = AttentionDecoderStep(vocab_size, d_emb, d_h).
+    Token id 0 is padding.
+
+    src: (B, T_src) source ids, padded with 0 at the end
+    tgt_in: (B, T_out) decoder inputs: <bos> then the target shifted right
+    returns logits: (B, T_out, vocab_size) and alpha: (B, T_out, T_src)
+    """
+
+    def __init__(self, vocab_size, d_emb, d_h):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_emb)
+        self.encoder = nn.GRU(d_emb, d_h, batch_first=True)
+        self.decoder = AttentionDecoderStep(vocab_size, d_emb, d_h)
+
+    def encode(self, src):
+        """src: (B, T_src) -> h: (B, T_src, d_h), s0: (B, d_h), mask: (B, T_src)"""
+        mask = src != 0
+        h, _ = self.encoder(self.embedding(src))
+        last = mask.sum(dim=1) - 1  # the last real token of each source
+        s0 = h[torch.arange(src.size(0), device=src.device), last]
+        return h, s0, mask
+
+    def forward(self, src, tgt_in):
+        h, s, mask = self.encode(src)
+        logits, alphas = [], []
+        for t in range(tgt_in.size(1)):
+            step_logits, s, alpha = self.decoder(tgt_in[:, t], s, h, mask)
+            logits.append(step_logits)
+            alphas.append(alpha)
+        return torch.stack(logits, dim=1), torch.stack(alphas, dim=1)
+
+
+@torch.no_grad()
+def greedy_decode(model, src, bos_id, eos_id, max_len):
+    """Decode a batch with a trained Seq2SeqAttention, taking the likeliest token each step.
+
+    src: (B, T_src) -> ids: (B, max_len) (after an <eos>, the rest is <eos> too),
+    alpha: (B, max_len, T_src) the attention weights of every step
+    """
+    h, s, mask = model.encode(src)
+    y = torch.full((src.size(0),), bos_id, dtype=torch.long, device=src.device)
+    done = torch.zeros_like(y, dtype=torch.bool)
+    ids, alphas = [], []
+    for _ in range(max_len):
+        logits, s, alpha = model.decoder(y, s, h, mask)
+        y = logits.argmax(dim=-1).masked_fill(done, eos_id)
+        done |= y == eos_id
+        ids.append(y)
+        alphas.append(alpha)
+    return torch.stack(ids, dim=1), torch.stack(alphas, dim=1)
