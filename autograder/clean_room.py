@@ -85,7 +85,7 @@ def work(payload_path, result_path):
             if impl is None:
                 outcomes.append({"error": ("NameError", f"name '{ex['name']}' is not defined")})
                 continue
-            o = core.run_call(ex["kind"], ex["train_mode"], impl, call, grad, weights, payload["timeout"])
+            o = core.run_call(ex["kind"], ex["train_mode"], impl, call, grad, weights, payload["timeout"], ex["state_after"])
             if o.error is not None:
                 outcomes.append({"error": _picklable(o.error)})
                 continue
@@ -123,7 +123,7 @@ def recheck(nb, released, exercises, timeout=120):
         for case in ex.cases():
             ref = _reference_module(ex, case)
             cases.append((case.make(), case.grad, ref.state_dict() if ref is not None else None))
-        payload["exercises"].append({"name": ex.name, "kind": ex.kind, "train_mode": ex.train_mode, "cases": cases})
+        payload["exercises"].append({"name": ex.name, "kind": ex.kind, "train_mode": ex.train_mode, "state_after": ex.state_after, "cases": cases})
     with tempfile.TemporaryDirectory() as tmp:
         payload_path, result_path = Path(tmp) / "payload.pt", Path(tmp) / "result.pt"
         try:

@@ -67,6 +67,9 @@ class Exercise:
     depends_on: tuple = ()
     returns: tuple = ()  # names of the returned values, for messages
     train_mode: bool = False  # modules are checked in eval mode (no dropout) unless set
+    # Also compare what the call changed: the parameters of every nn.Module and the
+    # learning rate of every optimizer among its arguments (for a training step).
+    state_after: bool = False
     notebook: str = ""
 
     def part_weights(self):
@@ -175,10 +178,10 @@ def run(exercise, impl, case, reference_module=None, timeout=DEFAULT_TIMEOUT_S):
     are copied into the learner's module so both compute the same function.
     """
     weights = reference_module.state_dict() if reference_module is not None else None
-    return run_call(exercise.kind, exercise.train_mode, impl, case.make(), case.grad, weights, timeout)
+    return run_call(exercise.kind, exercise.train_mode, impl, case.make(), case.grad, weights, timeout, exercise.state_after)
 
 
-def run_call(kind, train_mode, impl, call, grad, weights=None, timeout=DEFAULT_TIMEOUT_S):
+def run_call(kind, train_mode, impl, call, grad, weights=None, timeout=DEFAULT_TIMEOUT_S, state_after=False):
     """`run` without the Exercise: what a clean-room process needs (autograder.clean_room)."""
     inputs = {}
     if grad:
@@ -203,10 +206,23 @@ def run_call(kind, train_mode, impl, call, grad, weights=None, timeout=DEFAULT_T
     except Exception as e:  # the learner's code may raise anything
         return Outcome(error=e)
     outputs = as_tuple(result)
+    if state_after:
+        outputs = outputs + (state_of(call),)
     grads = None
     if grad and inputs:
         grads = _gradients(outputs, inputs)
     return Outcome(outputs=outputs, grads=grads)
+
+
+def state_of(call):
+    """The parameters of every module and the learning rate of every optimizer in a call's arguments."""
+    state = {}
+    for i, arg in enumerate(list(call.args) + list(call.kwargs.values())):
+        if isinstance(arg, torch.nn.Module):
+            state |= {f"parameter {name}": p.detach().clone() for name, p in arg.named_parameters()}
+        elif isinstance(arg, torch.optim.Optimizer):
+            state["the learning rate"] = arg.param_groups[0]["lr"]
+    return state
 
 
 def _gradients(outputs, inputs):

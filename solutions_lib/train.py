@@ -1,0 +1,298 @@
+"""The notebook 08 recipe as a command: train a Transformer on dates (or copy / reverse).
+
+    python -m solutions_lib.train                      # dates, until 99% exact match on held-out dates
+    python -m solutions_lib.train --task reverse --d-model 64
+    python -m solutions_lib.train --resume checkpoints/dates.pt
+    torchrun --standalone --nproc_per_node=2 -m solutions_lib.train --max-steps 50
+
+Device: CUDA, then Apple MPS, then CPU. On a GPU the forward pass runs under
+autocast (bfloat16 where supported, else float16 with a gradient scaler), and
+attention uses PyTorch's fused kernel. Under torchrun every process trains on
+its own share of each batch and DistributedDataParallel averages the
+gradients (NCCL on GPUs, gloo on CPUs); process 0 evaluates, prints and saves.
+"""
+import argparse
+import contextlib
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from tqdm.auto import tqdm
+
+from solutions_lib.dates import date_splits, date_vocab
+from solutions_lib.runtime import device as default_device
+from solutions_lib.training import (
+    copy_pairs,
+    encode_pairs,
+    exact_match,
+    greedy_decode,
+    label_smoothed_cross_entropy,
+    letters_vocab,
+    make_masks,
+    reverse_pairs,
+    shift_right,
+    warmup_lr,
+)
+from solutions_lib.transformer import Transformer, sinusoidal_encoding
+
+
+@dataclass
+class Config:
+    task: str = "dates"  # dates, copy or reverse
+    n_train: int = 20000
+    n_test: int = 1000
+    d_model: int = 64
+    h: int = 4
+    N: int = 2
+    d_ff: int = 256
+    dropout: float = 0.0
+    batch_size: int = 128
+    warmup: int = 300
+    lr_factor: float = 0.5  # the learning rate is lr_factor * warmup_lr(step, d_model, warmup)
+    smoothing: float = 0.1
+    clip: float = 1.0
+    max_steps: int = 4000
+    eval_every: int = 100
+    target: float = 0.99  # stop once the held-out exact match reaches this
+    seed: int = 0
+    arch: str = "ours"  # ours (solutions_lib.transformer) or torch (nn.Transformer)
+
+
+# ---------------------------------------------------------------- data and model
+
+
+def task_data(cfg):
+    """(vocab, (src, tgt) for training, (src, tgt) held out) for the configured task."""
+    if cfg.task == "dates":
+        vocab = date_vocab()
+        train, test = date_splits(cfg.n_train, cfg.n_test, seed=cfg.seed)
+    else:
+        make = {"copy": copy_pairs, "reverse": reverse_pairs}[cfg.task]
+        vocab = letters_vocab()
+        train, test = make(cfg.n_train, seed=cfg.seed), make(cfg.n_test, seed=cfg.seed + 10_000)
+    return vocab, encode_pairs(train, vocab), encode_pairs(test, vocab)
+
+
+class TorchTransformer(nn.Module):
+    """The same model around PyTorch's nn.Transformer, for the benchmarks.
+
+    Same embeddings (scaled by sqrt(d_model)), sinusoidal positions and output
+    projection; forward and decode take the course's masks (True = allowed).
+    nn.Transformer wants the opposite: True = hidden, so the masks are inverted here.
+    """
+
+    def __init__(self, src_vocab, tgt_vocab, d_model=512, h=8, N=6, d_ff=2048, dropout=0.1, max_len=512):
+        super().__init__()
+        self.d_model = d_model
+        self.src_embed = nn.Embedding(src_vocab, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
+        self.transformer = nn.Transformer(d_model, h, N, N, d_ff, dropout, batch_first=True)
+        self.out = nn.Linear(d_model, tgt_vocab)
+        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
+
+    def embed(self, embedding, tokens):
+        return embedding(tokens) * math.sqrt(self.d_model) + self.pe[: tokens.size(1)]
+
+    def encode(self, src, src_mask=None):
+        pad = None if src_mask is None else ~src_mask[:, 0]
+        return self.transformer.encoder(self.embed(self.src_embed, src), src_key_padding_mask=pad)
+
+    def decode(self, memory, tgt, src_mask=None, tgt_mask=None):
+        T = tgt.size(1)
+        future = torch.ones(T, T, dtype=torch.bool, device=tgt.device).triu(1)
+        pad = None if src_mask is None else ~src_mask[:, 0]
+        tgt_pad = None if tgt_mask is None else ~tgt_mask[:, -1]
+        x = self.transformer.decoder(self.embed(self.tgt_embed, tgt), memory, tgt_mask=future,
+                                     tgt_is_causal=True, tgt_key_padding_mask=tgt_pad,
+                                     memory_key_padding_mask=pad)
+        return self.out(x)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.decode(self.encode(src, src_mask), tgt, src_mask, tgt_mask)
+
+
+def build_model(cfg, vocab, max_len=64):
+    kind = {"ours": Transformer, "torch": TorchTransformer}[cfg.arch]
+    return kind(len(vocab), len(vocab), d_model=cfg.d_model, h=cfg.h, N=cfg.N, d_ff=cfg.d_ff,
+                dropout=cfg.dropout, max_len=max_len)
+
+
+def build_optimizer(model, cfg):
+    """AdamW with the paper's betas, and the warm-up schedule as a LambdaLR."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr_factor, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.01)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_lr(step, cfg.d_model, cfg.warmup))
+    return optimizer, scheduler
+
+
+def trim(ids, pad_id=0):
+    """Drop the columns that are padding in every row: (B, T) -> (B, T')."""
+    return ids[:, : int((ids != pad_id).any(0).nonzero().max()) + 1]
+
+
+# ---------------------------------------------------------------- device, precision, processes
+
+
+def amp_dtype(dev):
+    """bfloat16 on GPUs that support it, else float16 on CUDA; None (full precision) elsewhere."""
+    if dev.type != "cuda":
+        return None
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+def distributed():
+    """(rank, world size); starts the process group under torchrun."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return 0, 1
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def process_device(rank):
+    dev = default_device()
+    if dev.type == "cuda" and dist.is_initialized():
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+    return dev
+
+
+# ---------------------------------------------------------------- training
+
+
+def evaluate(model, src, tgt, batch_size=500, pad_id=0, bos_id=1, eos_id=2):
+    """Exact match of greedy decoding on held-out pairs: float in [0, 1]."""
+    hits = 0.0
+    for i in range(0, len(src), batch_size):
+        s, t = trim(src[i : i + batch_size], pad_id), tgt[i : i + batch_size]
+        ys = greedy_decode(model, s, max_len=t.size(1), bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+        hits += exact_match(ys[:, 1:].cpu(), t.cpu(), eos_id) * len(s)
+    return hits / len(src)
+
+
+def save_checkpoint(path, model, optimizer, scheduler, step, cfg, history):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "step": step, "config": asdict(cfg), "history": history}, path)
+
+
+def load_checkpoint(path, model, optimizer=None, scheduler=None, map_location="cpu"):
+    """Restore a checkpoint into model (and optimizer, scheduler); returns (step, history)."""
+    state = torch.load(path, map_location=map_location, weights_only=False)
+    model.load_state_dict(state["model"])
+    if optimizer is not None:
+        optimizer.load_state_dict(state["optimizer"])
+    if scheduler is not None:
+        scheduler.load_state_dict(state["scheduler"])
+    return state["step"], state["history"]
+
+
+def fit(cfg, checkpoint=None, resume=None, progress=True, log=print, max_seconds=None):
+    """Train with the recipe of notebook 08 until the held-out exact match reaches cfg.target.
+
+    returns a dict: model, vocab, history (lists of step, loss, exact_match, seconds), seconds,
+    reached (bool), tokens_per_second
+    """
+    rank, world = distributed()
+    dev = process_device(rank)
+    torch.manual_seed(cfg.seed)
+    vocab, (src, tgt), (test_src, test_tgt) = task_data(cfg)
+    model = build_model(cfg, vocab, max_len=max(src.size(1), tgt.size(1), 64)).to(dev)
+    optimizer, scheduler = build_optimizer(model, cfg)
+    step, history = 0, {"step": [], "loss": [], "exact_match": [], "seconds": []}
+    if resume:
+        step, history = load_checkpoint(resume, model, optimizer, scheduler, map_location=dev)
+    trained = model
+    if world > 1:
+        trained = nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
+    low = amp_dtype(dev)
+    scaler = torch.amp.GradScaler(dev.type, enabled=low == torch.float16)
+    autocast = (lambda: torch.autocast(dev.type, dtype=low)) if low else contextlib.nullcontext
+    sampler = torch.Generator().manual_seed(cfg.seed * 1000 + rank + step)
+    per_rank = max(1, cfg.batch_size // world)
+    show = progress and rank == 0
+    bar = tqdm(total=cfg.max_steps, initial=step, desc=f"{cfg.task} ({cfg.arch}, {dev.type})", disable=not show)
+    start, tokens, losses, reached = time.perf_counter(), 0, [], False
+    while step < cfg.max_steps and not reached:
+        idx = torch.randint(len(src), (per_rank,), generator=sampler)
+        s, t = trim(src[idx]).to(dev), trim(tgt[idx]).to(dev)
+        trained.train()
+        tgt_in = shift_right(t, vocab.bos_id)
+        src_mask, tgt_mask = make_masks(s, tgt_in, vocab.pad_id)
+        with autocast():
+            logits = trained(s, tgt_in, src_mask, tgt_mask)
+        loss = label_smoothed_cross_entropy(logits.float(), t, cfg.smoothing, vocab.pad_id)
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        scaler.step(optimizer)
+        scaler.update()
+        scheduler.step()
+        step += 1
+        tokens += int((t != vocab.pad_id).sum()) * world
+        losses.append(loss.item())
+        bar.update(1)
+        if step % cfg.eval_every == 0 or step == cfg.max_steps:
+            reached = _evaluate_and_log(model, test_src, test_tgt, vocab, cfg, step, losses, history, start, rank, dev, bar)
+            losses = []
+            if checkpoint and rank == 0:
+                save_checkpoint(checkpoint, model, optimizer, scheduler, step, cfg, history)
+        if max_seconds is not None and time.perf_counter() - start > max_seconds:
+            break
+    bar.close()
+    seconds = time.perf_counter() - start
+    if world > 1:
+        dist.barrier()
+    return {"model": model, "vocab": vocab, "history": history, "seconds": seconds, "reached": reached,
+            "steps": step, "tokens_per_second": tokens / max(seconds, 1e-9), "device": dev, "rank": rank, "world": world}
+
+
+def _evaluate_and_log(model, test_src, test_tgt, vocab, cfg, step, losses, history, start, rank, dev, bar):
+    score = torch.zeros(1, device=dev)
+    if rank == 0:
+        score[0] = evaluate(model, test_src.to(dev), test_tgt.to(dev), pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id)
+    if dist.is_initialized():
+        dist.broadcast(score, 0)  # every process stops at the same step
+    em = float(score[0])
+    history["step"].append(step)
+    history["loss"].append(sum(losses) / max(len(losses), 1))
+    history["exact_match"].append(em)
+    history["seconds"].append(time.perf_counter() - start)
+    bar.set_postfix(loss=f"{history['loss'][-1]:.3f}", exact_match=f"{em:.3f}")
+    return em >= cfg.target
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Train the notebook 08 Transformer (dates to ISO, or copy / reverse).")
+    defaults = Config()
+    for name, value in asdict(defaults).items():
+        flag = "--" + name.replace("_", "-")
+        kind = type(value)
+        choices = {"task": ["dates", "copy", "reverse"], "arch": ["ours", "torch"]}.get(name)
+        parser.add_argument(flag, type=kind, default=value, choices=choices)
+    parser.add_argument("--checkpoint", default=None, help="where to save (default checkpoints/<task>.pt)")
+    parser.add_argument("--resume", default=None, help="a checkpoint to continue from")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    cfg = Config(**{k: getattr(args, k) for k in asdict(defaults)})
+    if args.resume:
+        saved = torch.load(args.resume, map_location="cpu", weights_only=False)["config"]
+        cfg = Config(**(saved | {"max_steps": cfg.max_steps, "target": cfg.target}))
+    checkpoint = args.checkpoint or os.path.join("checkpoints", f"{cfg.task}.pt")
+    result = fit(cfg, checkpoint=checkpoint, resume=args.resume, progress=not args.no_progress)
+    if result["rank"] == 0:
+        h = result["history"]
+        em = h["exact_match"][-1] if h["exact_match"] else float("nan")
+        print(f"device {result['device']}, {result['world']} process(es): {result['steps']} steps in {result['seconds']:.1f} s, "
+              f"{result['tokens_per_second']:.0f} target tokens/s")
+        print(f"held-out exact match {em:.4f} ({'reached' if result['reached'] else 'did not reach'} {cfg.target}); checkpoint {checkpoint}")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

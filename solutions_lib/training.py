@@ -1,0 +1,197 @@
+"""Training the encoder-decoder Transformer (notebook 08).
+
+The pieces of one training step, in the order they are used:
+
+    tgt_in = shift_right(tgt, bos_id)             teacher forcing: the decoder reads <bos> y_1 .. y_{T-1}
+    src_mask, tgt_mask = make_masks(src, tgt_in)  padding and causal masks, True = allowed
+    logits = model(src, tgt_in, src_mask, tgt_mask)
+    loss = label_smoothed_cross_entropy(logits, tgt)
+    lr = warmup_lr(step, d_model, warmup)         the schedule of "Attention Is All You Need"
+
+then greedy_decode and exact_match to measure what the model learned.
+Token ids follow solutions_lib.tokens: <pad> = 0, <bos> = 1, <eos> = 2.
+"""
+import math
+import random
+import string
+
+import torch
+import torch.nn.functional as F
+
+from solutions_lib.tokens import CharVocab, pad_batch
+
+# ---------------------------------------------------------------- data
+
+
+def copy_pairs(n, seed=0, min_len=3, max_len=12, alphabet=string.ascii_lowercase):
+    """The copy sanity task: n (text, same text) pairs of random letters."""
+    rng = random.Random(seed)
+    texts = ["".join(rng.choices(alphabet, k=rng.randint(min_len, max_len))) for _ in range(n)]
+    return [(t, t) for t in texts]
+
+
+def reverse_pairs(n, seed=0, min_len=3, max_len=12, alphabet=string.ascii_lowercase):
+    """The reverse sanity task: n (text, text reversed) pairs of random letters."""
+    return [(s, s[::-1]) for s, _ in copy_pairs(n, seed, min_len, max_len, alphabet)]
+
+
+def letters_vocab():
+    """A vocabulary for the copy and reverse tasks: the specials and a-z."""
+    return CharVocab(string.ascii_lowercase)
+
+
+def encode_pairs(pairs, vocab):
+    """(source, target) strings -> src (B, T_src) and tgt (B, T_tgt) LongTensors.
+
+    Sources are plain characters; every target ends with <eos>. Both are padded with <pad>.
+    """
+    src, _ = pad_batch([vocab.encode(s) for s, _ in pairs], vocab.pad_id)
+    tgt, _ = pad_batch([vocab.encode(t, eos=True) for _, t in pairs], vocab.pad_id)
+    return src, tgt
+
+
+# ---------------------------------------------------------------- one training step
+
+
+def shift_right(tgt, bos_id=1):
+    """The decoder's input for teacher forcing: <bos>, then the targets without the last one.
+
+    tgt: (B, T) target ids (ending with <eos>, then padding)
+    returns: (B, T), tgt_in[:, 0] = bos_id and tgt_in[:, t] = tgt[:, t - 1]
+    """
+    bos = torch.full_like(tgt[:, :1], bos_id)
+    return torch.cat([bos, tgt[:, :-1]], dim=1)
+
+
+def make_masks(src, tgt_in, pad_id=0):
+    """The boolean masks of a batch (True = may attend).
+
+    src: (B, T_src), tgt_in: (B, T_tgt) token ids
+    returns src_mask: (B, 1, T_src), True at real source tokens, used by the
+    encoder's self-attention and the decoder's cross-attention; and
+    tgt_mask: (B, T_tgt, T_tgt), causal and True at real target tokens.
+    """
+    src_mask = (src != pad_id).unsqueeze(1)
+    T = tgt_in.size(1)
+    causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).tril()
+    tgt_mask = causal & (tgt_in != pad_id).unsqueeze(1)
+    return src_mask, tgt_mask
+
+
+def label_smoothed_cross_entropy(logits, target, smoothing=0.1, pad_id=0):
+    """Cross-entropy against smoothed targets, averaged over the non-padding tokens.
+
+    logits: (B, T, V); target: (B, T) ids
+    The smoothed distribution puts 1 - smoothing on the target, spreads smoothing
+    evenly over the other V - 2 tokens, and gives the padding token nothing.
+    returns: a 0-dim tensor, -sum_v q_v log p_v averaged over positions whose target is not pad_id
+    """
+    V = logits.size(-1)
+    log_p = F.log_softmax(logits, dim=-1)
+    q = torch.full_like(log_p, smoothing / (V - 2))
+    q.scatter_(-1, target.unsqueeze(-1), 1.0 - smoothing)
+    q[..., pad_id] = 0.0
+    per_token = -(q * log_p).sum(-1)
+    real = target != pad_id
+    return per_token[real].mean()
+
+
+def warmup_lr(step, d_model, warmup=4000):
+    """The learning rate of "Attention Is All You Need" at a step (step 0 counts as step 1).
+
+    lr = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5): linear growth for
+    `warmup` steps, peaking at (d_model * warmup)^-0.5, then decay as 1/sqrt(step).
+    returns: float
+    """
+    step = max(step, 1)
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def train_step(model, optimizer, scheduler, src, tgt, bos_id=1, pad_id=0, smoothing=0.1, clip=1.0):
+    """One optimisation step on one batch, with teacher forcing.
+
+    model(src, tgt_in, src_mask, tgt_mask) -> logits (B, T_tgt, V)
+    src: (B, T_src), tgt: (B, T_tgt) ids; scheduler: a torch.optim.lr_scheduler, stepped once
+    Clears old gradients, back-propagates the label-smoothed loss, clips the
+    gradient norm at `clip`, updates the parameters and the learning rate.
+    returns: the loss of this batch (float), before the update
+    """
+    model.train()
+    tgt_in = shift_right(tgt, bos_id)
+    src_mask, tgt_mask = make_masks(src, tgt_in, pad_id)
+    logits = model(src, tgt_in, src_mask, tgt_mask)
+    loss = label_smoothed_cross_entropy(logits, tgt, smoothing, pad_id)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    scheduler.step()
+    return loss.item()
+
+
+# ---------------------------------------------------------------- using the trained model
+
+
+@torch.no_grad()
+def greedy_decode(model, src, max_len, bos_id=1, eos_id=2, pad_id=0):
+    """Generate target ids one at a time, always taking the most likely next token.
+
+    src: (B, T_src) ids. The source is encoded once; each step feeds everything
+    generated so far to the decoder and appends the argmax of the last position.
+    A sequence that has produced <eos> gets pad_id from then on; decoding stops
+    when every sequence has ended, or after max_len new tokens.
+    returns: (B, 1 + L) ids starting with <bos>, L <= max_len
+    """
+    model.eval()
+    src_mask = (src != pad_id).unsqueeze(1)
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    for _ in range(max_len):
+        logits = model.decode(memory, ys, src_mask)
+        next_id = logits[:, -1].argmax(-1)
+        next_id = next_id.masked_fill(done, pad_id)
+        ys = torch.cat([ys, next_id[:, None]], dim=1)
+        done = done | (next_id == eos_id)
+        if done.all():
+            break
+    return ys
+
+
+def exact_match(pred, target, eos_id=2):
+    """The fraction of sequences predicted exactly, up to and including the first <eos>.
+
+    pred: (B, T_p) ids (without <bos>); target: (B, T_t) ids ending with <eos>, then padding.
+    What follows the first <eos> is ignored; a prediction with no <eos> never matches.
+    returns: float in [0, 1]
+    """
+    hits = 0
+    for p, t in zip(pred.tolist(), target.tolist()):
+        p = p[: p.index(eos_id) + 1] if eos_id in p else p + [None]
+        hits += p == t[: t.index(eos_id) + 1]
+    return hits / len(pred)
+
+
+def cross_attention(model, src, ys, layer=-1, pad_id=0):
+    """The cross-attention weights of one decoder layer while reading ys.
+
+    src: (B, T_src), ys: (B, T_tgt) with <bos> first (e.g. greedy_decode's output)
+    returns: (B, h, T_tgt, T_src), row t = where the decoder looked to predict token t + 1
+    """
+    captured = {}
+    attn = model.decoder.layers[layer].cross_attn
+
+    def keep_inputs(module, args, kwargs, output):
+        captured["args"] = args
+
+    handle = attn.register_forward_hook(keep_inputs, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model.eval()
+            src_mask = (src != pad_id).unsqueeze(1)
+            model(src, ys, src_mask)
+            query, key, value, mask = captured["args"][:4]
+            _, weights = attn(query, key, value, mask, need_weights=True)
+    finally:
+        handle.remove()
+    return weights

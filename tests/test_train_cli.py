@@ -1,0 +1,44 @@
+"""`python -m solutions_lib.train`, alone and under torchrun with 2 CPU processes."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT
+
+TINY = ["--task", "copy", "--n-train", "256", "--n-test", "32", "--d-model", "16", "--h", "2", "--N", "1",
+        "--d-ff", "32", "--batch-size", "16", "--max-steps", "6", "--eval-every", "3", "--no-progress"]
+
+
+def _env():
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    return env
+
+
+@pytest.mark.slow
+def test_train_cli_saves_and_resumes(tmp_path):
+    ckpt = tmp_path / "copy.pt"
+    run = subprocess.run([sys.executable, "-m", "solutions_lib.train", *TINY, "--checkpoint", str(ckpt)],
+                         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "held-out exact match" in run.stdout and ckpt.is_file()
+    assert torch.load(ckpt, weights_only=False)["step"] == 6
+    again = subprocess.run([sys.executable, "-m", "solutions_lib.train", "--resume", str(ckpt), "--max-steps", "9",
+                            "--checkpoint", str(ckpt), "--no-progress"],
+                           cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert torch.load(ckpt, weights_only=False)["step"] == 9
+
+
+@pytest.mark.slow
+def test_torchrun_two_cpu_processes(tmp_path):
+    ckpt = tmp_path / "ddp.pt"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "solutions_lib.train", *TINY, "--checkpoint", str(ckpt)]
+    run = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "2 process(es)" in run.stdout
+    assert run.stdout.count("held-out exact match") == 1  # only process 0 reports
+    assert torch.load(ckpt, weights_only=False)["step"] == 6
