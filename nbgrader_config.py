@@ -21,12 +21,11 @@ c.Execute.interrupt_on_timeout = True
 
 # What one grading kernel may use. A normal submission needs about 1 GiB and
 # seconds of CPU; these stop a runaway one inside its own kernel.
-LIMITS = {
-    "memory_mb": int(os.environ.get("AUTOGRADER_MEMORY_MB", "8192")),
-    "cpu_seconds": int(os.environ.get("AUTOGRADER_CPU_SECONDS", "900")),
-    "file_mb": int(os.environ.get("AUTOGRADER_FILE_MB", "512")),
-    "processes": int(os.environ.get("AUTOGRADER_PROCESSES", "256")),
-}
+# Defaults: 8 GiB, 900 s of CPU, 512 MiB files, 256 processes; each can be changed
+# with AUTOGRADER_MEMORY_MB, AUTOGRADER_CPU_SECONDS, AUTOGRADER_FILE_MB, AUTOGRADER_PROCESSES.
+from autograder.clean_room import limits  # noqa: E402
+
+LIMITS = limits()
 
 # nbgrader gives 0 to a test cell that writes anything to stderr. The checks
 # already print the learner's warnings on stdout; kernel_setup also sends

@@ -45,6 +45,18 @@ def learner_cells(nb, released):
     return cells
 
 
+def limits():
+    """The grading kernels' limits (nbgrader_config.py reads the same variables)."""
+    import os
+
+    return {
+        "memory_mb": int(os.environ.get("AUTOGRADER_MEMORY_MB", "8192")),
+        "cpu_seconds": int(os.environ.get("AUTOGRADER_CPU_SECONDS", "900")),
+        "file_mb": int(os.environ.get("AUTOGRADER_FILE_MB", "512")),
+        "processes": int(os.environ.get("AUTOGRADER_PROCESSES", "256")),
+    }
+
+
 def _picklable(error):
     return (type(error).__name__, str(error))
 
@@ -67,14 +79,22 @@ def _block(modules):
         sys.modules[name] = None  # `import name` now raises ImportError
 
 
+CELL_SECONDS = 30
+
+
 def work(payload_path, result_path):
+    from autograder.kernel_setup import apply_limits
+
     payload = torch.load(payload_path, weights_only=False)
+    # The same limits as a grading kernel; the grading process sweeps what is left.
+    apply_limits(**payload["limits"])
     _block(payload["blocked"])
     namespace = {"__name__": "__main__"}
     results = {"__setup_ok__": True}
     for i, source in enumerate(payload["cells"]):
         try:
-            exec(compile(source, "<cell>", "exec"), namespace)
+            with core.time_limit(CELL_SECONDS):
+                exec(compile(source, "<cell>", "exec"), namespace)
         except BaseException:  # a cell that fails here failed in the notebook too
             if i == 0:  # the locked setup cell must run, or this room proves nothing
                 results["__setup_ok__"] = False
@@ -116,7 +136,7 @@ def recheck(nb, released, exercises, timeout=120):
     """{exercise name: Report} graded in a clean room, or {} when the room could not run."""
     from autograder.core import _reference_module
 
-    payload = {"cells": learner_cells(nb, released), "exercises": [], "timeout": core.DEFAULT_TIMEOUT_S,
+    payload = {"cells": learner_cells(nb, released), "exercises": [], "timeout": core.DEFAULT_TIMEOUT_S, "limits": limits(),
                "blocked": sorted({ex.reference.__module__ for ex in exercises if ex.reference.__module__.startswith("solutions_lib.")})}
     for ex in exercises:
         cases = []
@@ -132,11 +152,15 @@ def recheck(nb, released, exercises, timeout=120):
             return {}  # inputs that cannot travel: keep nbgrader's grades
         from autograder.course import tool_env
 
+        from autograder.kernel_setup import sweep
+
         try:
             subprocess.run([sys.executable, "-m", "autograder.clean_room", str(payload_path), str(result_path)],
                            env=tool_env(), cwd=tmp, timeout=timeout, capture_output=True)
         except subprocess.TimeoutExpired:
             return {}
+        finally:
+            sweep()  # whatever the learner's code forked dies with the room
         if not result_path.exists():
             return {}
         results = torch.load(result_path, weights_only=False)
