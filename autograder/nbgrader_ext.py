@@ -1,5 +1,5 @@
 """nbgrader preprocessors of the course (named in nbgrader_config.py)."""
-from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.exceptions import DeadKernelError
 from nbformat.v4 import new_output
 
 from nbgrader.preprocessors import DeduplicateIds, Execute
@@ -12,7 +12,15 @@ class GuardedExecute(Execute):
 
     def preprocess(self, nb, resources=None, km=None):
         self._died_in = None
-        return super().preprocess(nb, resources, km)
+        try:
+            return super().preprocess(nb, resources, km)
+        except Exception as e:
+            # a kernel broken by the submission can also fail its own shutdown; the
+            # cells already carry their outputs, so grade what ran
+            if self._died_in is None:
+                raise
+            self.log.warning("ignoring %s while stopping a broken kernel", type(e).__name__)
+            return nb, resources
 
     def preprocess_cell(self, cell, resources, index):
         if self._died_in is not None:
@@ -21,9 +29,10 @@ class GuardedExecute(Execute):
             return cell, self.resources
         try:
             return super().preprocess_cell(cell, resources, index)
-        except (DeadKernelError, CellTimeoutError) as e:
+        except Exception as e:
             # CellTimeoutError reaches here only when the kernel stopped sending output
-            # altogether (an ordinary timeout is recorded in the cell by nbclient).
+            # altogether (an ordinary timeout is recorded in the cell by nbclient); any
+            # other error here means the kernel can no longer be trusted either.
             self._died_in = index
             how = "died" if isinstance(e, DeadKernelError) else "stopped answering"
             cell.outputs.append(_error("KernelDied", f"the kernel {how} while running this cell (os._exit, a crash, or a resource limit)"))
