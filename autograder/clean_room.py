@@ -77,6 +77,28 @@ def _unpickle_error(name, message):
 # ---------------------------------------------------------------- the worker side (runs learner code)
 
 
+def _kill_strays():
+    """Kill processes a cell left running in this room's pids cgroup (a fork bomb's children)."""
+    import os
+    import signal
+
+    try:
+        with open("/proc/self/cgroup") as fh:
+            path = next(line.split(":", 2)[2].strip() for line in fh if ":pids:" in line)
+        if "autograder-" not in path:
+            return
+        with open(f"/sys/fs/cgroup/pids{path}/cgroup.procs") as fh:
+            pids = [int(p) for p in fh.read().split()]
+    except (OSError, StopIteration, ValueError):
+        return
+    for pid in pids:
+        if pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def _block(modules):
     for name in modules:
         sys.modules[name] = None  # `import name` now raises ImportError
@@ -101,6 +123,7 @@ def work(payload_path, result_path):
         except BaseException:  # a cell that fails here failed in the notebook too
             if i == 0:  # the locked setup cell must run, or this room proves nothing
                 results["__setup_ok__"] = False
+        _kill_strays()
     for ex in payload["exercises"]:
         impl = namespace.get(ex["name"])
         outcomes = []
@@ -135,7 +158,7 @@ def _detach(x):
 # ---------------------------------------------------------------- the grader side (never runs learner code)
 
 
-def recheck(nb, exercises, timeout=300):
+def recheck(nb, exercises, timeout=600):
     """{exercise name: Report} graded in a clean room, or {} when the room could not run."""
     from autograder.core import _reference_module
 

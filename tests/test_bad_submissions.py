@@ -55,6 +55,12 @@ def with_cell(source, after="check_attention_scores", nb=None):
     return nb
 
 
+def bomb_at_the_end():
+    nb = complete()
+    nb.cells.append(new_code_cell("import os\nwhile True:\n    if os.fork() == 0:\n        while True:\n            pass"))
+    return nb
+
+
 def sdpa(body):
     return {"scaled_dot_product_attention": "import torch\n\ndef scaled_dot_product_attention(q, k, v, mask=None):\n" + body}
 
@@ -90,7 +96,7 @@ CATALOG = {
     "cell_loops_forever": (lambda: with_cell("while True:\n    pass"), FULL, None),
     "memory_exhaustion": (lambda: with_cell("hog = bytearray(64 * 2**30)"), FULL, None),
     "memory_in_stub": (lambda: complete(sdpa("    return bytearray(64 * 2**30)\n")), LOST_SDPA, "raised MemoryError"),
-    "process_bomb": (lambda: with_cell("import os\nwhile True:\n    if os.fork() == 0:\n        while True:\n            pass", after="check_SelfAttention"), FULL, None),
+    "process_bomb": (lambda: bomb_at_the_end(), FULL, None),
     "sys_exit": (lambda: with_cell("import sys\nsys.exit()"), FULL, None),
     "os_exit": (lambda: with_cell("import os\nos._exit(1)"), 3, "kernel died"),
     "kernel_crash": (lambda: with_cell("import ctypes\nctypes.string_at(0)"), 3, "kernel died"),
@@ -145,7 +151,8 @@ def bad_course(tmp_path_factory):
     messages = []
     try:
         start = time.time()
-        graded, skipped, failed = Grader(course, root=ROOT, log=messages.append).run(jobs=2, progress=False)
+        # one at a time: the fork bomb must not starve the submissions graded beside it
+        graded, skipped, failed = Grader(course, root=ROOT, log=messages.append).run(jobs=1, progress=False)
         took = time.time() - start
     finally:
         for k, v in old.items():
