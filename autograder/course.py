@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -39,14 +38,6 @@ def tool_env():
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.pop("NBGRADER_EXECUTION", None)
     return env
-
-
-def nbgrader(root, *args, cwd=None, timeout=None):
-    """Run `nbgrader ARGS` with the course's config; return the CompletedProcess."""
-    cmd = [sys.executable, "-m", "nbgrader", *args, f"--config={Path(root) / 'nbgrader_config.py'}"]
-    return subprocess.run(
-        cmd, cwd=cwd or root, env=tool_env(), capture_output=True, text=True, timeout=timeout
-    )
 
 
 def sqlite_url(path):
