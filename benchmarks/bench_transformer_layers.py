@@ -2,6 +2,7 @@
 and full Transformer against PyTorch's modules of the same size, as ratios.
 
     python benchmarks/bench_transformer_layers.py            # CPU (the course's promise is on CPU)
+    python benchmarks/bench_transformer_layers.py --device cuda
 
 Every pair runs in training mode with dropout 0.1 and the same masks; ours uses
 the fused path (need_weights=False), like nn.TransformerEncoderLayer does.
@@ -19,13 +20,15 @@ from solutions_lib.multihead import MultiHeadAttention
 from solutions_lib.transformer import DecoderLayer, EncoderLayer, Transformer, sinusoidal_encoding
 
 
-def timed(step, repeats):
+def timed(step, repeats, sync=lambda: None):
     for _ in range(3):
         step()
     times = []
     for _ in range(repeats):
+        sync()
         start = time.perf_counter()
         step()
+        sync()
         times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]  # the median is steadier than the minimum on a shared machine
 
@@ -60,14 +63,18 @@ class TorchSeq2Seq(nn.Module):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     torch.manual_seed(0)
-    print(f"device: cpu, torch {torch.__version__}, threads {torch.get_num_threads()}")
+    dev = torch.device(args.device)
+    torch.set_default_device(dev)  # every tensor and module below is made there
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    print(f"device: {dev}, torch {torch.__version__}, threads {torch.get_num_threads()}")
     print(f"{'what':<44} {'ours (ms)':>10} {'PyTorch (ms)':>13} {'ratio':>6}")
     ratios = []
 
     def report(what, ours, theirs):
-        a, b = timed(ours, args.repeats), timed(theirs, args.repeats)
+        a, b = timed(ours, args.repeats, sync), timed(theirs, args.repeats, sync)
         ratios.append(a / b)
         print(f"{what:<44} {a * 1e3:>10.2f} {b * 1e3:>13.2f} {a / b:>6.2f}")
 

@@ -30,6 +30,7 @@ from solutions_lib.training import (
     encode_pairs,
     exact_match,
     greedy_decode,
+    init_embeddings,
     label_smoothed_cross_entropy,
     letters_vocab,
     make_masks,
@@ -117,13 +118,22 @@ class TorchTransformer(nn.Module):
 
 def build_model(cfg, vocab, max_len=64):
     kind = {"ours": Transformer, "torch": TorchTransformer}[cfg.arch]
-    return kind(len(vocab), len(vocab), d_model=cfg.d_model, h=cfg.h, N=cfg.N, d_ff=cfg.d_ff,
-                dropout=cfg.dropout, max_len=max_len)
+    model = kind(len(vocab), len(vocab), d_model=cfg.d_model, h=cfg.h, N=cfg.N, d_ff=cfg.d_ff,
+                 dropout=cfg.dropout, max_len=max_len)
+    return init_embeddings(model)
 
 
 def build_optimizer(model, cfg):
-    """AdamW with the paper's betas, and the warm-up schedule as a LambdaLR."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr_factor, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.01)
+    """AdamW with the paper's betas, and the warm-up schedule as a LambdaLR.
+
+    The fused AdamW updates every parameter in one kernel; PyTorch before 2.4 has
+    it on CUDA only, and there the multi-tensor version is used instead.
+    """
+    settings = dict(lr=cfg.lr_factor, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.01)
+    try:
+        optimizer = torch.optim.AdamW(model.parameters(), fused=True, **settings)
+    except RuntimeError:
+        optimizer = torch.optim.AdamW(model.parameters(), foreach=True, **settings)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_lr(step, cfg.d_model, cfg.warmup))
     return optimizer, scheduler
 
@@ -163,6 +173,7 @@ def process_device(rank):
 # ---------------------------------------------------------------- training
 
 
+@torch.inference_mode()
 def evaluate(model, src, tgt, batch_size=500, pad_id=0, bos_id=1, eos_id=2):
     """Exact match of greedy decoding on held-out pairs: float in [0, 1]."""
     hits = 0.0
@@ -238,6 +249,9 @@ def fit(cfg, checkpoint=None, resume=None, progress=True, log=print, max_seconds
         bar.update(1)
         if step % cfg.eval_every == 0 or step == cfg.max_steps:
             reached = _evaluate_and_log(model, test_src, test_tgt, vocab, cfg, step, losses, history, start, rank, dev, bar)
+            if rank == 0 and not show:
+                log(f"step {step}: loss {history['loss'][-1]:.3f}, exact match {history['exact_match'][-1]:.4f}, "
+                    f"{history['seconds'][-1]:.0f} s")
             losses = []
             if checkpoint and rank == 0:
                 save_checkpoint(checkpoint, model, optimizer, scheduler, step, cfg, history)

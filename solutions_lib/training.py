@@ -50,6 +50,19 @@ def encode_pairs(pairs, vocab):
     return src, tgt
 
 
+def init_embeddings(model):
+    """Draw the token embeddings with std d_model^-0.5, in place; returns the model.
+
+    The model multiplies embeddings by sqrt(d_model), so their entries then have
+    unit size, like the sinusoidal positions they are added to. With nn.Embedding's
+    default N(0, 1) the tokens would be sqrt(d_model) times louder than the
+    positions, and a small model confuses the order of digits (1998 -> 1989).
+    """
+    for embedding in {model.src_embed, model.tgt_embed}:
+        torch.nn.init.normal_(embedding.weight, std=model.d_model**-0.5)
+    return model
+
+
 # ---------------------------------------------------------------- one training step
 
 

@@ -42,3 +42,14 @@ def test_torchrun_two_cpu_processes(tmp_path):
     assert "2 process(es)" in run.stdout
     assert run.stdout.count("held-out exact match") == 1  # only process 0 reports
     assert torch.load(ckpt, weights_only=False)["step"] == 6
+
+
+@pytest.mark.slow
+def test_the_default_recipe_reaches_99_percent_on_held_out_dates(tmp_path):
+    # The course's promise, with the command's defaults: no flag, no tuning.
+    ckpt = tmp_path / "dates.pt"
+    run = subprocess.run([sys.executable, "-m", "solutions_lib.train", "--no-progress", "--checkpoint", str(ckpt)],
+                         cwd=ROOT, env=dict(_env(), OMP_NUM_THREADS="2"), capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "(reached 0.99)" in run.stdout, run.stdout[-2000:]
+    assert max(torch.load(ckpt, weights_only=False)["history"]["exact_match"]) >= 0.99

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Every GPU figure of the README in one run (python3 with a CUDA build of torch; no Jupyter needed):
+#   bash benchmarks/run_gpu.sh OUTDIR
+set -u
+out=${1:-gpu-results}
+mkdir -p "$out"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+py=${PYTHON:-python3}
+step() {  # step NAME SECONDS COMMAND...: run with a time limit, keep the output in OUTDIR/NAME.txt
+    local name=$1 limit=$2; shift 2
+    echo "=== $name: $*"
+    timeout "$limit" "$@" 2>&1 | grep -v '^\s*$' | tee "$out/$name.txt" | tail -n 12
+}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+$py -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
+step train_cli 150 $py -m solutions_lib.train --no-progress --checkpoint "$out/dates.pt"
+step bench_training 200 $py benchmarks/bench_training.py --mode both
+step bench_attention 60 $py benchmarks/bench_attention.py
+step bench_layers 90 $py benchmarks/bench_transformer_layers.py --device cuda
+step notebook_08 150 $py benchmarks/notebook_as_script.py solutions/08_training_a_transformer/08_training_a_transformer.ipynb
+rm -f "$out/dates.pt"
