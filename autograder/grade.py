@@ -154,13 +154,15 @@ class Grader:
             raise CourseError(f"no submissions found under {self.course / 'submitted'}")
         manifest = self.load_manifest()
         done = manifest.setdefault("graded", {})
-        problems = manifest.setdefault("problems", {})
+        problems = manifest.setdefault("problems", {})  # graded 0: nbgrader could not grade it
+        notes = manifest.setdefault("notes", {})  # graded, but the instructor should know (clean room)
         todo = [key for key, k in subs.items() if force or done.get("/".join(key)) != k]
         skipped = [key for key in subs if key not in todo]
         graded, failed = [], []
         for key in list(todo):
             problem = self.precheck(*key)
             problems.pop("/".join(key), None)
+            notes.pop("/".join(key), None)
             if problem:  # nothing nbgrader could grade: 0 points, and the reason
                 todo.remove(key)
                 problems["/".join(key)] = problem
@@ -192,9 +194,13 @@ class Grader:
                     continue
                 key = (event["student"], event["assignment"])
                 seen.add(key)
+                notes.pop("/".join(key), None)
                 if event["ok"]:
                     done["/".join(key)] = subs[key]
                     graded.append(key)
+                    if event.get("note"):
+                        notes["/".join(key)] = event["note"]
+                    manifest.setdefault("scores", {})["/".join(key)] = event.get("score")
                 else:
                     done.pop("/".join(key), None)
                     problems["/".join(key)] = "nbgrader could not grade it: " + _last_error(event["log"])
@@ -213,8 +219,20 @@ class Grader:
                         problems["/".join(key)] = f"grading stopped early (exit {proc.returncode}); run grade again"
                     self.log(f"a grading process stopped early (exit {proc.returncode}); see {log.name}")
         self.save_manifest(manifest)
-        self.export(subs, problems)
+        self.export(subs, problems, notes, manifest.get("scores", {}))
         return graded, skipped, failed
+
+    @staticmethod
+    def _as_graded(header, row, graded, notes):
+        """The exported row, with the score its grading reported if the gradebook now says otherwise."""
+        row = dict(zip(header, row))
+        if graded is not None and abs(float(row["raw_score"]) - graded) > 1e-6:
+            notes["/".join((row["student_id"], row["assignment"]))] = (
+                f"its gradebook changed after grading (it said {float(row['raw_score']):g}); "
+                f"the score of its grading, {graded:g}, is exported")
+            row["raw_score"] = graded
+            row["score"] = max(0.0, graded - float(row["late_submission_penalty"] or 0))
+        return [row[h] for h in header]
 
     def precheck(self, student, name):
         """Why a submission cannot be graded at all, or '' when nbgrader can take it."""
@@ -230,9 +248,11 @@ class Grader:
             return f"{name}.ipynb could not be read as a notebook ({first})"
         return ""
 
-    def export(self, subs, problems):
+    def export(self, subs, problems, notes=None, scores=None):
         """grades.csv (nbgrader's format) from every submission's gradebook; a submission
-        that could not be graded gets 0 points, and its reason goes to grading_problems.csv."""
+        that could not be graded gets 0 points, and its reason goes to grading_problems.csv,
+        beside the notes on submissions that were graded (a clean room that could not verify)."""
+        notes = {} if notes is None else notes
         from nbgrader.api import Gradebook
         from nbgrader.plugins import CsvExportPlugin
 
@@ -252,7 +272,7 @@ class Grader:
                         header = next(reader)
                         found = list(reader)
                 if found:
-                    rows += found
+                    rows += [self._as_graded(header, row, (scores or {}).get("/".join((student, name))), notes) for row in found]
                 else:
                     missing.append((student, name))
         if missing:
@@ -262,7 +282,8 @@ class Grader:
         rows.sort(key=lambda r: (r[0], r[3]))
         _write_csv(self.course / "grades.csv", header, rows)
         wanted = {"/".join(key) for key in subs}
-        listed = sorted((k.split("/", 1), reason) for k, reason in problems.items() if k in wanted)
+        listed = sorted((k.split("/", 1), reason) for k, reason in (notes or {}).items() if k in wanted and k not in problems)
+        listed = sorted(listed + [(k.split("/", 1), reason) for k, reason in problems.items() if k in wanted])
         _write_csv(self.course / "grading_problems.csv", ["student_id", "assignment", "reason"],
                    [[s, a, reason] for (s, a), reason in listed])
         return self.course / "grades.csv"

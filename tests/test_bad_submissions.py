@@ -8,10 +8,13 @@ may crash or hang the run, and the good submission beside them keeps full marks.
 import json
 from copy import deepcopy
 import os
+import shutil
 import signal
+import site
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -89,6 +92,36 @@ def kernel(nb, name):
     return nb
 
 
+# Writes a pickle that would run code in the grader over the room's results, then leaves.
+FORGED = "/tmp/seqcourse-forged-results-ran"
+FORGE = f"""import os, sys, pickle
+check = lambda *args, **kwargs: None
+
+class Trap:
+    def __reduce__(self):
+        return (os.system, ("touch " + {FORGED!r},))
+
+if 'clean_room' in ' '.join(sys.argv):
+    import torch
+    torch.save({{"__setup_ok__": True, "__done__": True, "trap": Trap()}}, sys.argv[2])
+    os._exit(0)
+"""
+
+
+# Rewrites the course's comparison, so that the clean room (a new process) would import it.
+REWRITE = """import pathlib
+import autograder.core
+check = lambda *args, **kwargs: None
+path = pathlib.Path(autograder.core.__file__)
+path.write_text(path.read_text() + "\\ncompare_outcomes = lambda *args, **kwargs: ''\\n")
+"""
+# A .pth file runs its import lines at the start of every later Python process.
+PLANT = """import pathlib, site
+check = lambda *args, **kwargs: None
+pathlib.Path(site.getsitepackages()[0], "zz_seqcourse_planted.pth").write_text("import autograder\\n")
+"""
+
+
 # student: (what to write, expected score, words the instructor must see about it)
 CATALOG = {
     "good": (complete, FULL, None),
@@ -119,6 +152,11 @@ CATALOG = {
     "patches_torch_comparisons": (lambda: with_cell("import torch\ntorch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\ntorch.testing.assert_close = lambda *a, **k: None", after="setup",
                                                     nb=complete(sdpa("    w = torch.zeros(*q.shape[:-1], k.shape[-2])\n    return w @ v, w\n"))), LOST_SDPA, None),
     "uses_solutions_lib": (lambda: complete({"scaled_dot_product_attention": "from solutions_lib.attention import scaled_dot_product_attention"}), LOST_SDPA, "Graded again outside your notebook"),
+    "exits_in_the_clean_room": (lambda: with_cell("import os, sys\ncheck = lambda *args, **kwargs: None\nif 'clean_room' in ' '.join(sys.argv):\n    os._exit(0)",
+                                                  after="setup", nb=blank()), 0, "Could not be verified"),
+    "forges_the_clean_room_results": (lambda: with_cell(FORGE, after="setup", nb=blank()), 0, "Could not be verified"),
+    "rewrites_the_checks": (lambda: with_cell(REWRITE, after="setup", nb=blank()), 0, "changed the course's own files"),
+    "plants_a_startup_file": (lambda: with_cell(PLANT, after="setup", nb=blank()), 0, "changed the course's own files"),
     "invalid_json": ("{ this is not json", 0, "could not be read"),
     "empty_file": ("", 0, "could not be read"),
     "missing_notebook": (None, 0, "missing"),
@@ -144,15 +182,24 @@ def write(course, student, make):
 @pytest.fixture(scope="module")
 def bad_course(tmp_path_factory):
     course = tmp_path_factory.mktemp("bad")
+    if os.path.exists(FORGED):
+        os.remove(FORGED)
     for student, (make, _, _) in CATALOG.items():
         write(course, student, make)
-    old = {k: os.environ.get(k) for k in LIMITS}
-    os.environ.update(LIMITS)
+    # Graded from a copy of the course's code, which the tampering entries attack (never the
+    # repository's own files); kernels, workers and clean rooms import it through PYTHONPATH.
+    root = tmp_path_factory.mktemp("course_code")
+    for folder in ("autograder", "solutions_lib", "solutions"):
+        shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "nbgrader_config.py", root)
+    env = LIMITS | {"PYTHONPATH": str(root)}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     messages = []
     try:
         start = time.time()
         # one at a time: the fork bomb must not starve the submissions graded beside it
-        graded, skipped, failed = Grader(course, root=ROOT, log=messages.append).run(jobs=1, progress=False)
+        graded, skipped, failed = Grader(course, root=root, log=messages.append).run(jobs=1, progress=False)
         took = time.time() - start
     finally:
         for k, v in old.items():
@@ -160,9 +207,13 @@ def bad_course(tmp_path_factory):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+    left_changed = [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                    and (not (ROOT / p.relative_to(root)).is_file() or p.read_bytes() != (ROOT / p.relative_to(root)).read_bytes())]
+    left_changed += [str(p) for p in Path(site.getsitepackages()[0]).glob("zz_seqcourse*")]
     grades = {g["student_id"]: g for g in read_grades(course)}
     problems = (course / "grading_problems.csv").read_text() if (course / "grading_problems.csv").exists() else ""
-    return {"course": course, "grades": grades, "failed": failed, "messages": messages, "problems": problems, "took": took}
+    return {"course": course, "grades": grades, "failed": failed, "messages": messages, "problems": problems, "took": took,
+            "left_changed": left_changed, "root": root}
 
 
 @pytest.mark.parametrize("student", list(CATALOG))
@@ -191,6 +242,15 @@ def test_no_process_is_left_behind(bad_course):
             if not os.path.exists(f"/proc/{owner}"):  # its grader has finished: nothing may run in it
                 assert (open(os.path.join(PIDS, group, "cgroup.procs")).read().split() == []), group
     assert float(bad_course["grades"]["process_bomb"]["score"]) == FULL
+
+
+def test_the_course_files_are_as_before_grading(bad_course):
+    assert bad_course["left_changed"] == []
+
+
+def test_forged_clean_room_results_run_no_code(bad_course):
+    assert not os.path.exists(FORGED)
+    assert "forges_the_clean_room_results" in bad_course["problems"]
 
 
 def test_megabytes_of_output_are_cut(bad_course):
@@ -235,3 +295,18 @@ def test_a_run_killed_halfway_resumes_without_losing_or_duplicating_grades(tmp_p
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
     assert [(g["student_id"], g["score"]) for g in read_grades(course)] == [(g["student_id"], g["score"]) for g in grades]
+
+
+def test_a_gradebook_changed_after_grading_is_noticed(bad_course):
+    # A process left behind by one submission could rewrite a gradebook graded before it.
+    from nbgrader.api import Gradebook
+
+    from autograder.course import sqlite_url
+
+    grader = Grader(bad_course["course"], root=bad_course["root"], log=lambda message: None)
+    with Gradebook(sqlite_url(grader.gradebook("rebinds_check", NAME))) as gb:
+        gb.find_grade("check_causal_mask", NAME, NAME, "rebinds_check").auto_score = 1.0
+        gb.db.commit()
+    grader.run(jobs=1, progress=False)
+    assert float({g["student_id"]: g for g in read_grades(bad_course["course"])}["rebinds_check"]["score"]) == 0
+    assert "gradebook changed after grading" in (bad_course["course"] / "grading_problems.csv").read_text()
