@@ -1,15 +1,21 @@
 """python -m autograder {check, release, grade, demo}"""
 import argparse
+import importlib.util
 import sys
 
 from autograder.course import CourseError
 
+# The student distribution (autograder.student_dist) ships this file without the instructor's commands.
+INSTRUCTOR = importlib.util.find_spec("autograder.release") is not None
+
 USAGE = """
-  python -m autograder check NOTEBOOK...        grade your notebook(s) locally (students)
-  python -m autograder release                  generate notebooks/ from solutions/ (instructors)
-  python -m autograder grade COURSE [--jobs N]  autograde COURSE/submitted/ with nbgrader (instructors)
-  python -m autograder demo                     the instructor pipeline on example submissions
-"""
+  python -m autograder check NOTEBOOK...             grade your notebook(s) locally (students)
+""" + ("""\
+  python -m autograder release                       generate notebooks/ from solutions/ (instructors)
+  python -m autograder release --student-dist DIR    the notebooks and their checks for a class, without solutions
+  python -m autograder grade COURSE [--jobs N]       autograde COURSE/submitted/ with nbgrader (instructors)
+  python -m autograder demo                          the instructor pipeline on example submissions
+""" if INSTRUCTOR else "")
 
 
 def main(argv=None):
@@ -20,10 +26,24 @@ def main(argv=None):
     p.add_argument("notebooks", nargs="+", metavar="NOTEBOOK")
     p.add_argument("--junitxml", metavar="PATH", help="also write a JUnit XML report")
     p.add_argument("--timeout", type=int, default=300, help="seconds allowed per cell (default 300)")
+    if INSTRUCTOR:
+        add_instructor_commands(sub)
 
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except CourseError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def add_instructor_commands(sub):
     p = sub.add_parser("release", help="generate notebooks/ (and the demo submissions) from solutions/")
     p.add_argument("assignments", nargs="*", help="only these assignments (default: all)")
     p.add_argument("--dest", help="write the student notebooks here instead of notebooks/")
+    p.add_argument("--student-dist", metavar="DIR", help="instead, write what a class gets into DIR: the notebooks and "
+                   "their checks, without solutions, reference code or hidden cases")
+    p.add_argument("--force", action="store_true", help="with --student-dist: replace DIR if it is not empty")
 
     p = sub.add_parser("grade", help="autograde COURSE/submitted/<student>/<assignment>/<notebook>.ipynb")
     p.add_argument("course", metavar="COURSE", help="the course folder (holding submitted/), or submitted/ itself")
@@ -34,13 +54,6 @@ def main(argv=None):
     p = sub.add_parser("demo", help="grade the example submissions in a temporary course folder")
     p.add_argument("--jobs", "-j", type=int, default=2)
     p.add_argument("--keep", metavar="DIR", help="grade in DIR and keep the results")
-
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except CourseError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
 
 
 def run(args):
@@ -53,6 +66,13 @@ def run(args):
         from autograder.release import release
 
         root = find_root()
+        if args.student_dist:
+            from autograder.student_dist import build
+
+            if args.dest:
+                raise CourseError("--dest and --student-dist do not go together")
+            build(root, args.student_dist, names=args.assignments or None, force=args.force)
+            return 0
         dest = release(root, dest=args.dest, names=args.assignments or None)
         print(f"released {', '.join(args.assignments) or 'every assignment'} into {dest}")
         return 0

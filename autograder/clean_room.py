@@ -166,6 +166,7 @@ def work(payload_path, result_path):
 def _outcomes(ex, impl, timeout):
     outcomes = []
     for call, grad, weights in ex["cases"]:
+        call = core.restored_call(call)
         if impl is None:
             outcomes.append({"error": ("NameError", f"name '{ex['name']}' is not defined")})
             continue
@@ -219,7 +220,7 @@ def recheck(nb, exercises, timeout=600):
         cases = []
         for case in ex.cases():
             ref = _reference_module(ex, case)
-            cases.append((case.make(), case.grad, ref.state_dict() if ref is not None else None))
+            cases.append((core.portable_call(case.make()), case.grad, ref.state_dict() if ref is not None else None))
         payload["exercises"].append({"name": ex.name, "kind": ex.kind, "train_mode": ex.train_mode, "state_after": ex.state_after, "cases": cases})
     with tempfile.TemporaryDirectory() as tmp:
         payload_path, result_path = Path(tmp) / "payload.pt", Path(tmp) / "result.pt"

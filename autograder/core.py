@@ -44,6 +44,12 @@ class Case:
     part: str = "main"
     hidden: bool = False
     grad: bool = True
+    # Precomputed where the reference is not at hand (the student distribution,
+    # autograder.reference_data): the reference's outcome, the weights a module
+    # exercise starts from, and each catalogued mistake's forward-only outcome by name.
+    expected: Outcome | None = None
+    weights: dict | None = None
+    mistake_outcomes: dict | None = None
 
 
 @dataclass
@@ -165,6 +171,29 @@ def _tensors_in(obj):
     if isinstance(obj, dict):
         return [t for o in obj.values() for t in _tensors_in(o)]
     return []
+
+
+def gradients_in(call):
+    """[(tensor, its .grad)] for the tensors and parameters of a call's arguments."""
+    tensors = _tensors_in((call.args, call.kwargs))
+    for arg in list(call.args) + list(call.kwargs.values()):
+        if isinstance(arg, torch.nn.Module):
+            tensors += list(arg.parameters())
+        elif isinstance(arg, torch.optim.Optimizer):
+            tensors += [p for group in arg.param_groups for p in group["params"]]
+    return [(t, t.grad) for t in tensors if t.grad is not None]
+
+
+def portable_call(call):
+    """A call ready for torch.save, which drops every .grad (a training step's case may
+    start with stale gradients); `restored_call` puts them back."""
+    return {"call": call, "grads": gradients_in(call)}
+
+
+def restored_call(stored):
+    for tensor, grad in stored["grads"]:
+        tensor.grad = grad
+    return stored["call"]
 
 
 def as_tuple(result):
@@ -447,6 +476,24 @@ def _reference_module(exercise, case):
     return exercise.reference(*case.make().init)
 
 
+def reference_outcome(exercise, case):
+    """(the reference's outcome on `case`, the weights a module exercise starts from)."""
+    if case.expected is not None:
+        return case.expected, case.weights
+    ref_module = _reference_module(exercise, case)
+    want = run(exercise, exercise.reference, case, ref_module)
+    if want.error is not None:
+        raise RuntimeError(f"the reference failed on case {case.label!r}: {want.error!r}") from want.error
+    return want, ref_module.state_dict() if ref_module is not None else None
+
+
+def mistake_outcome(exercise, mistake, case):
+    """What a catalogued mistake computes on `case`, forward only."""
+    if case.mistake_outcomes is not None:
+        return case.mistake_outcomes[mistake.name]
+    return run(exercise, mistake.impl, _forward_only(case), _reference_module(exercise, case))
+
+
 def diagnose(exercise, failed):
     """The known mistake that reproduces the learner's output on the most failed cases.
 
@@ -457,8 +504,7 @@ def diagnose(exercise, failed):
     for mistake in exercise.mistakes:
         hits = 0
         for case, outcome in failed:
-            theirs = run(exercise, mistake.impl, _forward_only(case), _reference_module(exercise, case))
-            hits += same_outputs(outcome, theirs)
+            hits += same_outputs(outcome, mistake_outcome(exercise, mistake, case))
         if hits > best_hits:
             best, best_hits = mistake, hits
     return best
@@ -469,12 +515,9 @@ def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
 
     `got`, when given, is the learner's outcome computed elsewhere (autograder.clean_room).
     """
-    ref_module = _reference_module(exercise, case)
-    want = run(exercise, exercise.reference, case, ref_module)
-    if want.error is not None:
-        raise RuntimeError(f"the reference failed on case {case.label!r}: {want.error!r}") from want.error
+    want, weights = reference_outcome(exercise, case)
     if got is None:
-        got = run(exercise, impl, case, ref_module, timeout=timeout)
+        got = run_call(exercise.kind, exercise.train_mode, impl, case.make(), case.grad, weights, timeout, exercise.state_after)
     if got.error is not None:
         e = got.error
         if isinstance(e, NotImplementedError):

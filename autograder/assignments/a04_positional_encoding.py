@@ -4,15 +4,16 @@ Each known mistake is a complete wrong implementation, written as a learner
 would write it, self-contained (only torch, math, nn, F), so that the tests can
 paste it into a notebook and grade it with nbgrader.
 """
+import functools
 import math
 
 import torch
 from torch import nn
 
 from autograder.core import Call, Case, Exercise, Mistake
+from autograder.fixtures import SelfAttentionFunction
 from autograder.inputs import Draw, dims
 from solutions_lib import positional as ref
-from solutions_lib.attention import SelfAttention
 
 NOTEBOOK = "04_positional_encoding"
 
@@ -253,16 +254,10 @@ class LearnedNotAdded(nn.Module):
 # ---------------------------------------------------------------- permutation_gap
 
 
-def _attention_fn(d_model, with_positions):
+def _attention_fn(T, d_model, with_positions):
+    positions = ref.sinusoidal_positional_encoding(T, d_model, dtype=torch.float64) if with_positions else None
     torch.manual_seed(0)
-    attn = SelfAttention(d_model, d_model)
-
-    def f(x):
-        if with_positions:
-            x = x + ref.sinusoidal_positional_encoding(x.size(1), d_model, dtype=x.dtype)
-        return attn(x)[0]
-
-    return f
+    return SelfAttentionFunction(d_model, positions)
 
 
 def _gap_case(seed, f_name, B, T, d_model, hidden=False):
@@ -272,11 +267,11 @@ def _gap_case(seed, f_name, B, T, d_model, hidden=False):
         perm = torch.randperm(T, generator=r.g)
         while T > 2 and torch.equal(perm[perm], torch.arange(T)):  # not its own inverse
             perm = torch.randperm(T, generator=r.g)
-        f = {
-            "self-attention": lambda: _attention_fn(d_model, False),
-            "self-attention + PE": lambda: _attention_fn(d_model, True),
-            "cumulative sum": lambda: (lambda x: x.cumsum(dim=1)),
-            "softmax over features": lambda: (lambda x: x.softmax(dim=-1)),
+        f = {  # picklable, for the student distribution (autograder.fixtures)
+            "self-attention": lambda: _attention_fn(T, d_model, False),
+            "self-attention + PE": lambda: _attention_fn(T, d_model, True),
+            "cumulative sum": lambda: functools.partial(torch.cumsum, dim=1),
+            "softmax over features": lambda: functools.partial(torch.softmax, dim=-1),
         }[f_name]()
         return Call((f, x, perm))
 

@@ -1,0 +1,87 @@
+"""The checks of the student distribution, read from answers the release command computed.
+
+The student distribution (`python -m autograder release --student-dist DIR`,
+built by autograder.student_dist) ships neither the reference implementation
+nor the assignment modules with their mistake catalogs and hidden cases. For
+each notebook it ships instead autograder/data/NN_name.pt, a dict
+
+    {"format": 1, "exercises": [exercise, ...]}
+
+where an exercise holds the Exercise's fields (name, points, parts, kind,
+returns, depends_on, train_mode, state_after, notebook), its catalogued
+mistakes as (name, sentence) pairs, and its public cases, each with
+
+    label, part, grad
+    call       the case's inputs, pickled as bytes ({"call": Call, "grads": [(tensor, its .grad)]}):
+               every run loads a fresh copy
+    expected   the reference's Outcome (outputs and gradients)
+    weights    for a module exercise, the state dict the learner's module starts from
+    mistakes   {mistake name: that mistake's forward-only Outcome}
+
+In the distribution this module is `autograder.registry`: it rebuilds each
+Exercise from that data, with Cases whose `expected`, `weights` and
+`mistake_outcomes` are set, and autograder.core then compares and names
+mistakes exactly as it does with the reference at hand. Hidden cases are
+never written, so there they do not exist.
+"""
+import functools
+import io
+from pathlib import Path
+
+import torch
+
+from autograder import core
+from autograder.core import Case, Exercise, Mistake
+
+DATA = Path(__file__).resolve().parent / "data"
+FORMAT = 1
+
+_exercises = None
+
+
+def load_call(blob):
+    """A fresh copy of a case's inputs, gradients included."""
+    return core.restored_call(torch.load(io.BytesIO(blob), weights_only=False))
+
+
+def exercise_from(data):
+    """An Exercise whose cases carry their precomputed reference and mistake outcomes."""
+    cases = [
+        Case(c["label"], functools.partial(load_call, c["call"]), c["part"], grad=c["grad"],
+             expected=c["expected"], weights=c["weights"], mistake_outcomes=c["mistakes"])
+        for c in data["cases"]
+    ]
+    return Exercise(
+        data["name"], None, data["points"], functools.partial(list, cases),
+        mistakes=[Mistake(name, says, None) for name, says in data["mistakes"]],
+        parts=data["parts"], kind=data["kind"], depends_on=tuple(data["depends_on"]), returns=tuple(data["returns"]),
+        train_mode=data["train_mode"], state_after=data["state_after"], notebook=data["notebook"],
+    )
+
+
+def _load():
+    global _exercises
+    if _exercises is None:
+        found = {}
+        for path in sorted(DATA.glob("*.pt")):
+            data = torch.load(path, weights_only=False)
+            if data.get("format") != FORMAT:
+                raise RuntimeError(f"{path} was written by another version of the course; release it again")
+            found |= {ex["name"]: exercise_from(ex) for ex in data["exercises"]}
+        _exercises = found
+    return _exercises
+
+
+def get(name):
+    exercises = _load()
+    if name not in exercises:
+        raise KeyError(f"no exercise named {name!r}; known exercises: {', '.join(sorted(exercises))}")
+    return exercises[name]
+
+
+def all_exercises():
+    return list(_load().values())
+
+
+def for_notebook(notebook):
+    return [ex for ex in _load().values() if ex.notebook == notebook]

@@ -1,0 +1,464 @@
+"""`python -m autograder release --student-dist DIR`: what an instructor hands to a class.
+
+    DIR/notebooks/NN_name/NN_name.ipynb   the released notebooks
+    DIR/autograder/                       the check machinery (api, core, the `check` command),
+                                          with autograder/data/NN_name.pt in place of the reference
+    DIR/course_lib/                       the helpers the notebooks import
+    DIR/pyproject.toml, DIR/README.md     `pip install -e DIR`, and how to use it
+
+Left out: solutions/, solutions_lib (the reference), autograder.assignments (the
+mistake catalogs and every hidden case), and the instructor's commands. Each
+check cell still gives the feedback it gives in the repository on the public
+cases: the release command runs the reference and every catalogued mistake on
+them once and stores the results (autograder.reference_data, which is the
+distribution's `autograder.registry`).
+
+The notebooks import `solutions_lib.<module>`; the distribution renames that
+`course_lib.<module>`, in code and text alike, and builds each module of
+`course_lib` from what the released notebooks import, with what that needs:
+
+- a helper that is no exercise (plotting, dates, tokens, runtime, the data of
+  notebooks 01 and 08) is copied from its solutions_lib module, definitions only;
+- a building block that is an earlier notebook's exercise (notebook 08 trains
+  07's Transformer, 07 uses 06's MultiHeadAttention, ...) comes from
+  autograder.stand_ins: PyTorch-backed pieces with the same interface, not the
+  lesson's code. A notebook needing an exercise without a stand-in is left out
+  of the distribution, with a message.
+
+Graded by the instructor: nbgrader puts the repository's locked cells (the
+setup cell with its imports) back before grading a submission; `for_instructor`
+does the same renaming back for `python -m autograder check`.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import io
+import pickletools
+import re
+import shutil
+import tempfile
+import textwrap
+import time
+import warnings
+import zipfile
+from collections import defaultdict
+from pathlib import Path
+
+import nbformat
+import torch
+
+from autograder import core, registry, stand_ins
+from autograder.course import CourseError, assignments
+from autograder.reference_data import FORMAT
+
+HELPERS = "course_lib"
+REFERENCE = "solutions_lib"
+NOT_SHIPPED = (REFERENCE, "autograder.assignments")
+# autograder modules the checks need in a notebook and on the command line (`check`)
+SHIPPED = ("__init__.py", "__main__.py", "api.py", "core.py", "check_notebook.py", "course.py", "results.py",
+           "pytest_plugin.py", "fixtures.py", "stand_ins.py", "reference_data.py")
+
+
+class ShipError(Exception):
+    """A notebook needs something the student distribution cannot contain."""
+
+
+# ---------------------------------------------------------------- the precomputed checks
+
+
+def exercise_data(ex):
+    """One exercise's entry of autograder/data/NN_name.pt (format: autograder.reference_data)."""
+    cases = []
+    for case in ex.cases():
+        if case.hidden:
+            continue
+        want, weights = core.reference_outcome(ex, case)
+        expected = _portable(want)
+        if not core.same_value(expected.outputs, want.outputs):
+            raise ShipError(f"{ex.name} [{case.label}]: the reference returns something that cannot be stored")
+        blob = io.BytesIO()
+        call = case.make()
+        torch.save(core.portable_call(call), blob)
+        cases.append({
+            "label": case.label, "part": case.part, "grad": case.grad, "call": blob.getvalue(),
+            "expected": expected, "weights": weights,
+            "mistakes": {m.name: _portable(core.mistake_outcome(ex, m, case)) for m in ex.mistakes},
+        })
+        foreign = _not_shipped_modules(pickled_modules(blob.getvalue()))
+        if foreign:
+            raise ShipError(f"{ex.name} [{case.label}]: its inputs need {', '.join(sorted(foreign))} to load")
+    return {
+        "name": ex.name, "notebook": ex.notebook, "points": ex.points, "parts": ex.parts, "kind": ex.kind,
+        "returns": tuple(ex.returns), "depends_on": tuple(ex.depends_on), "train_mode": ex.train_mode,
+        "state_after": ex.state_after, "mistakes": [(m.name, m.says) for m in ex.mistakes], "cases": cases,
+    }
+
+
+def _portable(outcome):
+    """The outcome without autograd graphs, its error one that loads anywhere."""
+    from autograder.clean_room import _detach
+
+    return core.Outcome(outputs=_detach(outcome.outputs), grads=_detach(outcome.grads), error=_portable_error(outcome.error))
+
+
+def _portable_error(error):
+    if error is None:
+        return None
+    buf = io.BytesIO()
+    try:
+        torch.save(error, buf)
+        copy = torch.load(io.BytesIO(buf.getvalue()), weights_only=False)
+        if type(copy) is type(error) and str(copy) == str(error) and not _not_shipped_modules(pickled_modules(buf.getvalue())):
+            return copy
+    except Exception:
+        pass
+    return RuntimeError(str(error))
+
+
+def pickled_modules(blob):
+    """The modules whose names a torch.save'd blob refers to (it cannot load without them)."""
+    with zipfile.ZipFile(io.BytesIO(blob)) as z:
+        data = z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
+    modules, strings = set(), []
+    for op, arg, _ in pickletools.genops(data):
+        if op.name == "GLOBAL":
+            modules.add(arg.split(" ")[0])
+        elif op.name == "STACK_GLOBAL":
+            modules.add(strings[-2])
+        elif isinstance(arg, str):
+            strings.append(arg)
+    return modules
+
+
+def _not_shipped_modules(modules):
+    return {m for m in modules if m.split(".")[0] == REFERENCE or m.startswith("autograder.assignments")}
+
+
+# ---------------------------------------------------------------- course_lib
+
+
+_IMPORT = re.compile(rf"^\s*from {REFERENCE}\.(\w+) import ([^#]+)")
+
+
+def notebook_imports(nb):
+    """{(module, name)} that a notebook's code imports from solutions_lib."""
+    wanted = set()
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for line in cell.source.splitlines():
+            if REFERENCE not in line:
+                continue
+            m = _IMPORT.match(line)
+            if not m or "(" in m.group(2):
+                raise ShipError(f"cannot rename the import {line.strip()!r}")
+            wanted |= {(m.group(1), n.split(" as ")[0].strip()) for n in m.group(2).split(",")}
+    return wanted
+
+
+def _module(name):
+    source = inspect.getsource(importlib.import_module(f"{REFERENCE}.{name}"))
+    return source, ast.parse(source)
+
+
+def _bound(stmt):
+    """The top-level names a statement defines."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return {a.asname or a.name.split(".")[0] for a in stmt.names}
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _reference_imports(stmt):
+    found = []
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == REFERENCE for a in node.names):
+            raise ShipError(f"cannot rename `import {node.names[0].name}`")
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == REFERENCE:
+            if "." not in node.module:
+                raise ShipError(f"cannot rename `from {node.module} import ...`")
+            found += [(node.module.split(".", 1)[1], a.name) for a in node.names]
+    return found
+
+
+def plan_helpers(wanted):
+    """{module: {"names": definitions to copy, "stand_ins": names from autograder.stand_ins}}
+    for the (module, name) pairs in `wanted` and everything they use."""
+    exercise_names = {ex.name for ex in registry.all_exercises()}
+    plan = defaultdict(lambda: {"names": set(), "stand_ins": set()})
+    todo = sorted(wanted)
+    while todo:
+        module, name = todo.pop()
+        entry = plan[module]
+        if name in entry["names"] | entry["stand_ins"]:
+            continue
+        if name in stand_ins.__all__:
+            entry["stand_ins"].add(name)
+            continue
+        if name in exercise_names:
+            raise ShipError(f"{REFERENCE}.{module}.{name} is an exercise, and autograder.stand_ins has no stand-in for it")
+        _, tree = _module(module)
+        defined = {n: stmt for stmt in tree.body for n in _bound(stmt)}
+        if name not in defined:
+            raise ShipError(f"{REFERENCE}.{module} defines no {name}")
+        entry["names"].add(name)
+        stmt = defined[name]
+        used = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+        todo += [(module, n) for n in sorted(used & defined.keys() - {name})] + _reference_imports(stmt)
+    return dict(plan)
+
+
+def helper_source(module, entry):
+    """The text of course_lib/<module>.py."""
+    source, tree = _module(module)
+    lines = source.splitlines()
+    exercise_names = {ex.name for ex in registry.all_exercises()}
+    if any(_bound(stmt) & exercise_names for stmt in tree.body):  # its docstring speaks of the exercises
+        doc = (f"What the notebooks use from the course's `{module}` module, without its exercises.\n\n"
+               "Generated by `python -m autograder release --student-dist`.")
+    else:
+        doc = ast.get_docstring(tree)
+    imports, definitions = [], []
+    for stmt in tree.body:
+        if _bound(stmt) & entry["names"]:
+            start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+            text = "\n".join(lines[start - 1 : stmt.end_lineno])
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                imports.append(text)
+            else:
+                definitions.append((text, isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))))
+    if entry["stand_ins"]:
+        imports.append(f"from autograder.stand_ins import {', '.join(sorted(entry['stand_ins']))}  # PyTorch-backed, see there")
+    text = f'"""{doc}\n"""\n' + "\n".join(imports)
+    for i, (definition, is_def) in enumerate(definitions):  # functions and classes two lines apart
+        text += ("\n\n\n" if i == 0 or is_def or definitions[i - 1][1] else "\n") + definition
+    return rename(text.rstrip() + "\n")
+
+
+def rename(text, old=REFERENCE, new=HELPERS):
+    return re.sub(rf"\b{old}\b", new, text)
+
+
+# ---------------------------------------------------------------- notebooks
+
+
+def _repository_cells():
+    """Ids of the cells that open or install the course repository (autograder.colab): not for a class."""
+    try:
+        from autograder import colab
+    except ImportError:
+        return set()
+    return {colab.BADGE_CELL_ID, colab.INSTALL_CELL_ID}
+
+
+def student_notebook(nb):
+    """The released notebook with solutions_lib renamed course_lib (the locked cells' checksums follow),
+    without the cells that open or install the repository."""
+    from nbgrader.utils import compute_checksum
+
+    nb = nbformat.from_dict(nb)
+    nb.cells = [cell for cell in nb.cells if cell.get("id") not in _repository_cells()]
+    for cell in nb.cells:
+        cell.source = rename(cell.source)
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if "checksum" in meta:
+            meta["checksum"] = compute_checksum(cell)
+    return nb
+
+
+def for_instructor(nb):
+    """A notebook of the student distribution with its code importing from solutions_lib again,
+    as nbgrader's grading does for the locked cells, for `python -m autograder check` in the repository."""
+    nb = nbformat.from_dict(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.source = rename(cell.source, HELPERS, REFERENCE)
+    return nb
+
+
+# ---------------------------------------------------------------- what must not ship
+
+
+def reference_sources():
+    """{what: source} of every exercise's reference and catalogued mistake."""
+    found = {}
+    for ex in registry.all_exercises():
+        for what, obj in [("reference", ex.reference)] + [(f"mistake {m.name}", m.impl) for m in ex.mistakes]:
+            for o in [obj] + _closed_over(obj):
+                found[f"{ex.name}: {what} ({o.__module__}.{o.__qualname__})"] = inspect.getsource(o)
+    return found
+
+
+def _closed_over(obj):
+    """What a factory function wraps (notebook 07's references are the solutions_lib classes, wrapped)."""
+    if not inspect.isfunction(obj):
+        return []
+    return [v for v in inspect.getclosurevars(obj).nonlocals.values() if inspect.isclass(v) or inspect.isfunction(v)]
+
+
+def code_lines(source):
+    """The stripped lines of some code without docstrings, comments and blank lines (text that is no
+    Python: its stripped lines)."""
+    source = textwrap.dedent(source)
+    lines, skip = source.splitlines(), set()
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        tree = None
+    for node in ast.walk(tree) if tree else []:
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            skip |= set(range(body[0].lineno, body[0].end_lineno + 1))
+    kept = [line.split("#")[0].strip() for i, line in enumerate(lines, 1) if i not in skip]
+    return [line for line in kept if line]
+
+
+def texts(folder):
+    """{path: [text, ...]} of every file of `folder` a person can read: code, documents, notebooks' cells."""
+    found = {}
+    for path in sorted(Path(folder).rglob("*")):
+        if not path.is_file() or path.suffix == ".pt" or "__pycache__" in path.parts:
+            continue
+        if path.suffix == ".ipynb":
+            found[path] = [c.source for c in nbformat.read(path, as_version=4).cells]
+        else:
+            found[path] = [path.read_text(errors="replace")]
+    return found
+
+
+def leaks(folder):
+    """[(path, what)] for each reference or mistake whose code stands in a file of `folder`."""
+    files = {path: ["\n".join(code_lines(text)) for text in chunks] for path, chunks in texts(folder).items()}
+    found = []
+    for what, source in reference_sources().items():
+        code = "\n".join(code_lines(source))
+        found += [(path, what) for path, chunks in files.items() if any(code in chunk for chunk in chunks)]
+    return found
+
+
+# ---------------------------------------------------------------- building it
+
+
+def build(root, dest, names=None, force=False, echo=print):
+    """Write the student distribution of `names` (default: every notebook) into `dest`.
+    Returns the notebooks it holds; a notebook that cannot be shipped is left out with a message."""
+    from autograder.release import release
+
+    root, dest = Path(root), Path(dest)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        if not force:
+            raise CourseError(f"{dest} exists and is not empty; name a new folder, or add --force to replace it")
+        if any((dest / marker).exists() for marker in (".git", "nbgrader_config.py", "solutions")):
+            raise CourseError(f"{dest} holds a course repository or a git checkout; --force will not delete it")
+        shutil.rmtree(dest) if dest.is_dir() else dest.unlink()
+    names = names or assignments(root)
+    echo(f"releasing {len(names)} notebook(s)…")
+    wanted, shipped, notebooks = set(), [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        release(root, dest=tmp, names=names, examples=False)
+        for name in names:
+            nb = nbformat.read(Path(tmp) / name / f"{name}.ipynb", as_version=4)
+            try:
+                imports = notebook_imports(nb)
+                plan_helpers(imports)
+            except ShipError as e:
+                echo(f"  left out {name}: {e}")
+                continue
+            wanted |= imports
+            shipped.append(name)
+            notebooks[name] = student_notebook(nb)
+    package = dest / "autograder"
+    (package / "data").mkdir(parents=True)
+    for name in list(shipped):
+        start = time.perf_counter()
+        exercises = registry.for_notebook(name)
+        try:
+            with warnings.catch_warnings():  # some catalogued mistakes warn on purpose
+                warnings.simplefilter("ignore")
+                data = {"format": FORMAT, "exercises": [exercise_data(ex) for ex in exercises]}
+        except ShipError as e:
+            echo(f"  left out {name}: {e}")
+            shipped.remove(name)
+            continue
+        torch.save(data, package / "data" / f"{name}.pt")
+        out = dest / "notebooks" / name / f"{name}.ipynb"
+        out.parent.mkdir(parents=True)
+        nbformat.write(notebooks[name], out)
+        n_cases = sum(len(ex["cases"]) for ex in data["exercises"])
+        echo(f"  {name}: {len(exercises)} exercises, {n_cases} public cases checked in advance ({time.perf_counter() - start:.1f} s)")
+    _write_package(root, dest, plan_helpers(wanted))
+    found = leaks(dest)
+    if found:
+        raise CourseError("the student distribution would contain reference code:\n" + "\n".join(f"  {p}: {w}" for p, w in found))
+    echo(f"student distribution of {len(shipped)} notebook(s) in {dest}")
+    return shipped
+
+
+def _write_package(root, dest, plan):
+    package = dest / "autograder"
+    for name in SHIPPED:
+        shutil.copy(Path(root) / "autograder" / name, package / name)
+    (package / "registry.py").write_text(
+        '"""The exercises of the student distribution: their checks, computed in advance (see reference_data)."""\n'
+        "from autograder.reference_data import all_exercises, for_notebook, get  # noqa: F401\n"
+    )
+    helpers = dest / HELPERS
+    helpers.mkdir()
+    (helpers / "__init__.py").write_text(
+        '"""What the course\'s notebooks import besides their own code: data, plotting, runtime, and\n'
+        'the earlier notebooks\' building blocks (PyTorch-backed stand-ins, autograder.stand_ins)."""\n'
+    )
+    for module, entry in sorted(plan.items()):
+        text = helper_source(module, entry)
+        compile(text, f"{HELPERS}/{module}.py", "exec")
+        (helpers / f"{module}.py").write_text(text)
+    (dest / "pyproject.toml").write_text(PYPROJECT)
+    (dest / "README.md").write_text(README)
+
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=77"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "seqcourse-student"
+version = "0.1.0"
+description = "Sequence models in PyTorch: the notebooks and their checks"
+requires-python = ">=3.10"
+dependencies = ["torch>=2.1", "numpy", "matplotlib", "tqdm"]
+
+[project.optional-dependencies]
+# for `python -m autograder check NOTEBOOK` (the checks inside a notebook need none of these)
+check = ["nbgrader>=0.9", "nbclient", "nbformat", "pytest", "ipykernel"]
+
+[tool.setuptools.packages.find]
+include = ["autograder*", "course_lib*"]
+
+[tool.setuptools.package-data]
+autograder = ["data/*.pt"]
+"""
+
+README = """\
+# Sequence models in PyTorch: the notebooks
+
+Install once, from this folder:
+
+    pip install -e ".[check]"
+
+Then open a notebook in `notebooks/` (JupyterLab, VS Code, Colab), run the cells,
+and replace each `raise NotImplementedError()` with your code. The check cell
+under each exercise prints `✔` with the points, or says which case failed, by
+how much, and the likely mistake. To grade a whole notebook in a fresh kernel:
+
+    python -m autograder check notebooks/05_self_attention/05_self_attention.ipynb
+
+`course_lib` holds what the notebooks import: data, plots, and ready-made
+building blocks from earlier notebooks. Your instructor grades your notebook
+on more cases than these checks show.
+"""

@@ -1,0 +1,274 @@
+"""The student distribution (`python -m autograder release --student-dist DIR`): what a class gets.
+
+It holds no reference code, no solutions and no hidden case, and runs where
+neither `solutions_lib` nor `autograder.assignments` can be imported; there,
+a correct notebook passes every check and a catalogued mistake gets the
+diagnosis the repository's own checks give.
+"""
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import nbformat
+import pytest
+import torch
+from torch import nn
+
+import solutions_lib.attention as attention
+import solutions_lib.multihead as multihead
+import solutions_lib.positional as positional
+import solutions_lib.transformer as transformer
+from autograder import registry, stand_ins, student_dist
+from autograder.__main__ import main
+from autograder.check_notebook import execute
+from autograder.core import check_exercise
+from autograder.reference_data import exercise_from
+from autograder.release import fill_submission, mistake_source
+from autograder.results import notebook_results
+from conftest import ROOT
+
+EXERCISES = registry.all_exercises()
+NOTEBOOK = "06_multi_head_attention"  # run end to end in the distribution: it uses stand-ins (the masks)
+
+# Put first on PYTHONPATH, it hides the repository from every process started from there, notebook
+# kernels included: the .venv's editable install of the repository (its import finder) goes, and the
+# reference and the assignment modules cannot be imported at all.
+BLOCKER = '''
+import sys
+
+sys.meta_path[:] = [f for f in sys.meta_path if "Editable" not in getattr(f, "__name__", type(f).__name__)]
+
+
+class NotInTheStudentDistribution:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "solutions_lib" or name.startswith("autograder.assignments"):
+            raise ModuleNotFoundError(f"No module named {name!r} (not in the student distribution)")
+
+
+sys.meta_path.insert(0, NotInTheStudentDistribution())
+'''
+
+PROBE = """
+import autograder
+try:
+    import solutions_lib
+    print("PROBE reference importable")
+except ImportError:
+    print("PROBE", autograder.__file__)
+"""
+
+
+# ---------------------------------------------------------------- the stand-ins (fast)
+
+
+def test_masks_and_encoding_match_the_reference():
+    for T in (1, 4, 7):
+        assert torch.equal(stand_ins.causal_mask(T), attention.causal_mask(T))
+    lengths = torch.tensor([3, 1, 5])
+    assert torch.equal(stand_ins.padding_mask(lengths, 5), attention.padding_mask(lengths, 5))
+    assert torch.equal(stand_ins.padding_mask(lengths, 6), attention.padding_mask(lengths, 6))
+    for T, d, dtype in [(10, 16, torch.float32), (7, 5, torch.float64), (50, 64, torch.float32)]:
+        torch.testing.assert_close(stand_ins.sinusoidal_positional_encoding(T, d, dtype=dtype),
+                                   positional.sinusoidal_positional_encoding(T, d, dtype=dtype))
+
+
+def test_attention_stand_ins_match_the_reference_with_the_same_weights():
+    torch.manual_seed(0)
+    x, memory = torch.randn(3, 5, 8, dtype=torch.float64), torch.randn(3, 6, 8, dtype=torch.float64)
+    allowed = attention.padding_mask(torch.tensor([6, 2, 4]), 6)
+    allowed[1, 0, :] = False  # one sequence with nothing to attend to
+    pairs = [(stand_ins.SelfAttention(8, 4), attention.SelfAttention(8, 4), (x, attention.causal_mask(5))),
+             (stand_ins.MultiHeadAttention(8, 2), multihead.MultiHeadAttention(8, 2), (x, memory, memory, allowed)),
+             (stand_ins.MultiHeadAttention(8, 4), multihead.MultiHeadAttention(8, 4), (x, x, x))]
+    for mine, ref, inputs in pairs:
+        mine, ref = mine.double(), ref.double()
+        mine.load_state_dict(ref.state_dict())
+        out, weights = mine(*inputs)
+        ref_out, ref_weights = ref(*inputs)
+        torch.testing.assert_close(out, ref_out)
+        torch.testing.assert_close(weights, ref_weights)
+        grads = torch.autograd.grad(out.sum(), list(mine.parameters()))
+        ref_grads = torch.autograd.grad(ref_out.sum(), list(ref.parameters()))
+        for g, r in zip(grads, ref_grads):
+            torch.testing.assert_close(g, r)
+    assert stand_ins.count_parameters(pairs[1][0]) == multihead.count_parameters(pairs[1][1])
+
+
+def test_pytorch_weight_converters_match_the_reference():
+    torch.manual_seed(1)
+    enc = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+    dec = nn.TransformerDecoderLayer(8, 2, 16, batch_first=True)
+    for mine, ref in [(stand_ins.encoder_layer_state_from_pytorch(enc), transformer.encoder_layer_state_from_pytorch(enc)),
+                      (stand_ins.decoder_layer_state_from_pytorch(dec), transformer.decoder_layer_state_from_pytorch(dec))]:
+        assert mine.keys() == ref.keys()
+        for k in ref:
+            assert torch.equal(mine[k], ref[k]), k
+
+
+def test_transformer_stand_in_has_the_course_interface():
+    torch.manual_seed(2)
+    model = stand_ins.Transformer(11, 13, d_model=16, h=2, N=2, d_ff=32, dropout=0.0, max_len=20).eval()
+    src, tgt = torch.randint(3, 11, (2, 6)), torch.randint(3, 13, (2, 5))
+    src[1, 4:] = 0
+    src_mask = (src != 0).unsqueeze(1)
+    logits = model(src, tgt, src_mask)
+    assert logits.shape == (2, 5, 13)
+    other = src.clone()
+    other[1, 4:] = 7  # padding may be anything
+    torch.testing.assert_close(model(other, tgt, src_mask), logits)
+    later = tgt.clone()
+    later[:, 3:] = 4  # the future does not change earlier positions
+    torch.testing.assert_close(model(src, later, src_mask)[:, :3], logits[:, :3])
+    torch.testing.assert_close(model.decode(model.encode(src, src_mask), tgt, src_mask), logits)
+    weights = stand_ins.cross_attention(model, src, tgt)
+    assert weights.shape == (2, 2, 5, 6)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 5))
+    assert float(weights[1, ..., 4:].abs().max()) == 0.0
+
+
+# ---------------------------------------------------------------- precomputed checks (fast)
+
+
+@pytest.mark.parametrize("notebook", sorted({ex.notebook for ex in EXERCISES}))
+def test_precomputed_checks_agree_with_the_repository(notebook):
+    """Stored, the reference passes and each catalogued mistake fails on the same cases,
+    with the same reason and diagnosis, as in the repository's check on the public cases."""
+    for ex in registry.for_notebook(notebook):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            stored = exercise_from(student_dist.exercise_data(ex))
+            assert check_exercise(stored, ex.reference).fraction == 1.0, ex.name
+            for m in ex.mistakes:
+                here, there = check_exercise(ex, m.impl), check_exercise(stored, m.impl)
+                assert [(r.case.label, r.ok, r.problem, r.diagnosis) for r in there.results] == \
+                    [(r.case.label, r.ok, r.problem, r.diagnosis) for r in here.results], (ex.name, m.name)
+
+
+def test_the_leak_check_finds_reference_code(tmp_path):
+    (tmp_path / "copied.py").write_text((ROOT / "solutions_lib" / "attention.py").read_text().replace("solutions_lib", "x"))
+    found = {what for _, what in student_dist.leaks(tmp_path)}
+    assert any(w.startswith("scaled_dot_product_attention: reference") for w in found)
+    assert any(w.startswith("causal_mask: reference") for w in found)
+
+
+def test_a_folder_that_is_not_empty_is_refused(tmp_path, capsys):
+    (tmp_path / "keep.txt").write_text("mine")
+    assert main(["release", "--student-dist", str(tmp_path)]) == 2
+    assert "not empty" in capsys.readouterr().err and (tmp_path / "keep.txt").exists()
+
+
+# ---------------------------------------------------------------- the distribution itself (slow)
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory):
+    dest = tmp_path_factory.mktemp("student") / "dist"
+    shipped = student_dist.build(ROOT, dest, echo=lambda *a: None)
+    assert len(shipped) == len({ex.notebook for ex in EXERCISES}), "every notebook is in the distribution"
+    blocker = tmp_path_factory.mktemp("blocker")
+    (blocker / "sitecustomize.py").write_text(BLOCKER)
+    env = dict(os.environ, PYTHONPATH=f"{blocker}{os.pathsep}{dest}")
+    env.pop("NBGRADER_EXECUTION", None)
+    return dest, env
+
+
+def in_dist(dist, code, *args):
+    dest, env = dist
+    result = subprocess.run([sys.executable, "-c", code, *args], cwd=dest, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_no_reference_solution_or_hidden_case_ships(dist):
+    dest, _ = dist
+    assert student_dist.leaks(dest) == []
+    assert not any(p.name in ("solutions", "solutions_lib", "assignments") for p in dest.rglob("*"))
+    for path, chunks in student_dist.texts(dest).items():
+        assert not any("solutions_lib" in text or "BEGIN SOLUTION" in text for text in chunks), path
+    for path in (dest / "autograder" / "data").glob("*.pt"):
+        for stored in torch.load(path, weights_only=False)["exercises"]:
+            public = [c.label for c in registry.get(stored["name"]).cases() if not c.hidden]
+            assert [c["label"] for c in stored["cases"]] == public, stored["name"]
+            for c in stored["cases"]:
+                assert not student_dist._not_shipped_modules(student_dist.pickled_modules(c["call"]))
+        assert not student_dist._not_shipped_modules(student_dist.pickled_modules(path.read_bytes()))
+
+
+@pytest.mark.slow
+def test_every_check_loads_without_the_reference(dist):
+    out = in_dist(dist, """
+import autograder, autograder.registry as r
+from autograder.core import check_exercise
+for name in ("solutions_lib", "autograder.assignments", "autograder.release", "autograder.grade"):
+    try:
+        __import__(name)
+        raise SystemExit(name + " is importable")
+    except ImportError:
+        pass
+def stub(*args, **kwargs):
+    raise NotImplementedError()
+for ex in r.all_exercises():
+    for case in ex.cases():
+        case.make()
+    assert check_exercise(ex, stub).not_implemented, ex.name
+print(autograder.__file__, len(r.all_exercises()))
+""")
+    where, n = out.split()
+    assert where.startswith(str(dist[0])) and int(n) == len(EXERCISES)
+
+
+def graded_in_dist(dist, notebooks):
+    """{path: (rows, probe line)} for notebooks executed in the distribution, as its `check` command does."""
+    out = in_dist(dist, """
+import json, sys
+from autograder.check_notebook import execute
+from autograder.results import notebook_results
+found = {}
+for path in sys.argv[1:]:
+    nb = execute(path)
+    probe = [o.text for o in nb.cells[-1].outputs if o.output_type == "stream"]
+    found[path] = ([r.__dict__ for r in notebook_results(nb)], "".join(probe).strip())
+print(json.dumps(found))
+""", *map(str, notebooks))
+    return json.loads(out.splitlines()[-1])
+
+
+def graded_in_repository(nb, folder):
+    path = folder / "for_instructor.ipynb"
+    nbformat.write(student_dist.for_instructor(nb), path)
+    return [r.__dict__ for r in notebook_results(execute(path))]
+
+
+@pytest.mark.slow
+def test_a_notebook_gets_the_same_grades_and_diagnoses_in_both(dist, tmp_path):
+    dest, _ = dist
+    released = nbformat.read(dest / "notebooks" / NOTEBOOK / f"{NOTEBOOK}.ipynb", as_version=4)
+    solution = nbformat.read(ROOT / "solutions" / NOTEBOOK / f"{NOTEBOOK}.ipynb", as_version=4)
+    mistakes = {}
+    for exercise_name, mistake_name in registry.demo_mistakes(NOTEBOOK):
+        mistake = next(m for m in registry.get(exercise_name).mistakes if m.name == mistake_name)
+        mistakes[exercise_name] = mistake_source(exercise_name, mistake)
+    submissions = {"complete": fill_submission(released, solution), "mistakes": fill_submission(released, solution, mistakes)}
+    paths = {}
+    for student, nb in submissions.items():
+        nb.cells.append(nbformat.v4.new_code_cell(PROBE))
+        paths[student] = dest / "notebooks" / NOTEBOOK / f"{student}.ipynb"
+        nbformat.write(nb, paths[student])
+    graded = graded_in_dist(dist, paths.values())
+
+    rows, probe = graded[str(paths["complete"])]
+    assert probe == f"PROBE {dest / 'autograder' / '__init__.py'}"
+    assert {r["exercise"] for r in rows} == {ex.name for ex in registry.for_notebook(NOTEBOOK)}
+    assert all(r["status"] == "passed" and r["score"] == r["points"] for r in rows), rows
+    assert graded_in_repository(submissions["complete"], tmp_path) == rows
+
+    rows, _ = graded[str(paths["mistakes"])]
+    failed = {r["exercise"]: r["reason"] for r in rows if r["status"] != "passed"}
+    assert failed.keys() == mistakes.keys()
+    for exercise_name, mistake_name in registry.demo_mistakes(NOTEBOOK):
+        says = next(m.says for m in registry.get(exercise_name).mistakes if m.name == mistake_name)
+        assert failed[exercise_name].endswith(f"Likely mistake: {says}")
+    assert graded_in_repository(submissions["mistakes"], tmp_path) == rows
