@@ -1,13 +1,15 @@
-# make demo   set up .venv, then grade the example submissions with nbgrader
-# make test   set up .venv, then run every test (make test-fast: the quick ones)
-# make lab    open JupyterLab on notebooks/
+# make demo            set up .venv, then grade the example submissions with nbgrader
+# make test            set up .venv, then run every test (make test-fast: the quick ones)
+# make test-browser    JupyterLab in headless Chromium (apt-get install chromium); screenshots in test-artifacts/
+# make lab             JupyterLab on notebooks/, as a student (no nbgrader instructor tools)
+# make lab-instructor  JupyterLab on the course, with nbgrader's formgrader, course list and create-assignment
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PIP    := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: install test test-fast demo lab release clean
+.PHONY: install test test-fast test-browser demo lab lab-instructor release clean
 
 install: $(STAMP)
 
@@ -16,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt torch
-	$(PIP) install -q -c constraints.txt -e ".[grading,lab,dev]"
+	$(PIP) install -q -c constraints.txt -e ".[grading,lab,dev,browser]"
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -25,6 +27,10 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 
+# `make test` runs these too, or skips them when Chromium is not installed; here they must run.
+test-browser: $(STAMP)
+	COURSE_BROWSER_TEST=required $(BIN)/python -m pytest tests/test_browser.py
+
 demo: $(STAMP)
 	$(BIN)/python -m autograder demo
 
@@ -32,7 +38,10 @@ release: $(STAMP)
 	$(BIN)/python -m autograder release
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/python -m autograder.lab student notebooks/
+
+lab-instructor: $(STAMP)
+	$(BIN)/python -m autograder.lab instructor .
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache gradebook.db
+	rm -rf $(VENV) *.egg-info .pytest_cache gradebook.db test-artifacts
