@@ -212,10 +212,13 @@ def recheck(nb, exercises, timeout=600):
     but the course's: nbgrader's grades stand); any other failure happened while
     the learner's code ran, so nothing could be verified.
     """
+    from autograder import registry
     from autograder.core import _reference_module
 
     payload = {"cells": learner_cells(nb), "exercises": [], "timeout": core.DEFAULT_TIMEOUT_S, "limits": limits(),
-               "blocked": hidden_references(exercises)}
+               # every reference of the notebook, not only those rechecked: an exercise nbgrader
+               # scored 0 could still lend its reference to one that scored
+               "blocked": hidden_references([e for name in {ex.notebook for ex in exercises} for e in registry.for_notebook(name)])}
     for ex in exercises:
         cases = []
         for case in ex.cases():
@@ -279,7 +282,7 @@ if __name__ == "__main__":
     work(sys.argv[1], sys.argv[2])
 
 
-def enforce(root, course, student, name, db_url):
+def enforce(course, student, name, db_url):
     """After nbgrader: lower any exercise whose clean-room score is lower, in the
     gradebook and in the autograded notebook (so feedback shows why). Returns
     ([(exercise, old score, new score)], problem), problem being '' or why the room

@@ -64,7 +64,7 @@ def grade(job):
         changed = snapshot.restore()
         if ok and not changed:
             # the authoritative comparison, outside the process that ran the student's code
-            _, note = enforce(job["root"], job["course"], student, assignment, sqlite_url(db))
+            _, note = enforce(job["course"], student, assignment, sqlite_url(db))
             changed = snapshot.restore()  # the clean room ran the learner's code too
         if ok and changed:
             note = withhold_all(job["course"], student, assignment, sqlite_url(db), changed, job["root"])

@@ -152,6 +152,10 @@ CATALOG = {
     "patches_torch_comparisons": (lambda: with_cell("import torch\ntorch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\ntorch.testing.assert_close = lambda *a, **k: None", after="setup",
                                                     nb=complete(sdpa("    w = torch.zeros(*q.shape[:-1], k.shape[-2])\n    return w @ v, w\n"))), LOST_SDPA, None),
     "uses_solutions_lib": (lambda: complete({"scaled_dot_product_attention": "from solutions_lib.attention import scaled_dot_product_attention"}), LOST_SDPA, "Graded again outside your notebook"),
+    # attention_scores is left a stub (0 points), then its reference stands in for it in the exercises that use it
+    "borrows_a_reference_after_its_check": (lambda: with_cell("from solutions_lib.attention import attention_scores", after="check_attention_scores",
+                                                             nb=complete({"attention_scores": "def attention_scores(q, k):\n    raise NotImplementedError()\n"})),
+                                            LOST_SDPA - 2, "Graded again outside your notebook"),
     "exits_in_the_clean_room": (lambda: with_cell("import os, sys\ncheck = lambda *args, **kwargs: None\nif 'clean_room' in ' '.join(sys.argv):\n    os._exit(0)",
                                                   after="setup", nb=blank()), 0, "Could not be verified"),
     "forges_the_clean_room_results": (lambda: with_cell(FORGE, after="setup", nb=blank()), 0, "Could not be verified"),
