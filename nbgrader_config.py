@@ -1,5 +1,6 @@
 """nbgrader settings for the course (read by `nbgrader ...` and `python -m autograder ...`)."""
 import os
+import sys
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
@@ -18,30 +19,19 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 # seconds, 60 by default, long before this.)
 c.Execute.timeout = int(os.environ.get("AUTOGRADER_CELL_TIMEOUT", "180"))
 c.Execute.interrupt_on_timeout = True
-
-# What one grading kernel may use. A normal submission needs about 1 GiB and
-# seconds of CPU; these stop a runaway one inside its own kernel.
-# Defaults: 8 GiB, 900 s of CPU, 512 MiB files, 256 processes; each can be changed
-# with AUTOGRADER_MEMORY_MB, AUTOGRADER_CPU_SECONDS, AUTOGRADER_FILE_MB, AUTOGRADER_PROCESSES.
-from autograder.clean_room import limits  # noqa: E402
-
-LIMITS = limits()
-
-# nbgrader gives 0 to a test cell that writes anything to stderr. The checks
-# already print the learner's warnings on stdout; kernel_setup also sends
-# warnings raised anywhere else to stdout, so a harmless warning never zeroes
-# a test cell while a real error still does. It also applies LIMITS. (The
-# first argument is nbgrader's own default for Python kernels.)
-c.Execute.extra_arguments = [
-    "--HistoryManager.hist_file=:memory:",
-    "--IPKernelApp.exec_lines=import autograder.kernel_setup as _k; _k.route_warnings(); _k.apply_limits(**%r); del _k" % (LIMITS,),
-]
+c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:"]  # nbgrader's own default for Python kernels
 
 # Megabytes of printed output are cut to this many lines per cell.
 c.LimitOutput.max_lines = 1000
 c.LimitOutput.max_traceback = 100
 
-# A kernel that dies (os._exit, a crash) costs the cells from there on, not the submission.
+# Autograding runs each submission's kernel in a bubblewrap sandbox (autograder.sandbox: no
+# reference, no other student, no gradebook, no network; limits on memory, CPU time, file size
+# and processes, set by AUTOGRADER_MEMORY_MB, AUTOGRADER_CPU_SECONDS, AUTOGRADER_FILE_MB and
+# AUTOGRADER_PROCESSES). The test cells' scores come from the comparison outside it
+# (GradeChecks), so nbgrader's rule that a test cell writing to stderr gets 0 never applies
+# to them. Where the sandbox cannot start, `nbgrader autograde` stops here, before grading
+# anything; AUTOGRADER_NO_SANDBOX=1 grades anyway, for trusted work only.
 from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (  # noqa: E402
     AssignLatePenalties,
@@ -54,13 +44,20 @@ from nbgrader.preprocessors import (  # noqa: E402
     SaveAutoGrades,
 )
 
-from autograder.nbgrader_ext import DeduplicateCells, GuardedExecute  # noqa: E402
+from autograder import sandbox  # noqa: E402
+from autograder.nbgrader_ext import DeduplicateCells, GradeChecks, SandboxedExecute  # noqa: E402
+
+if sys.argv[1:2] == ["autograde"] and sandbox.enabled() and sandbox.problem():
+    sys.exit(f"[nbgrader_config.py] cannot autograde: {sandbox.problem()}")
+
+c.SandboxedExecute.root = here  # it takes the Execute settings above too
 
 # A duplicated test cell becomes an ordinary cell instead of failing the submission.
 c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateCells, OverwriteKernelspec, OverwriteCells, CheckCellMetadata]
 
 c.Autograde.autograde_preprocessors = [
-    GuardedExecute,
+    SandboxedExecute,
+    GradeChecks,
     IgnorePattern,
     ClearMetadataPreprocessor,
     LimitOutput,

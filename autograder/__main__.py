@@ -13,7 +13,7 @@ USAGE = """
 """ + ("""\
   python -m autograder release                       generate notebooks/ from solutions/ (instructors)
   python -m autograder release --student-dist DIR    the notebooks and their checks for a class, without solutions
-  python -m autograder grade COURSE [--jobs N]       autograde COURSE/submitted/ with nbgrader (instructors)
+  python -m autograder grade COURSE [--jobs N]       autograde COURSE/submitted/ with nbgrader, sandboxed (instructors)
   python -m autograder demo                          the instructor pipeline on example submissions
 """ if INSTRUCTOR else "")
 
@@ -50,6 +50,8 @@ def add_instructor_commands(sub):
     p.add_argument("--jobs", "-j", type=int, default=1, help="students graded at a time (default 1)")
     p.add_argument("--force", action="store_true", help="regrade everything, not only what changed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-sandbox", action="store_true", help="grade without the sandbox, where bubblewrap cannot run: the "
+                   "learners' code runs with your rights and can read the reference. For your own trusted work only, never a class")
 
     p = sub.add_parser("demo", help="grade the example submissions in a temporary course folder")
     p.add_argument("--jobs", "-j", type=int, default=2)
@@ -82,7 +84,7 @@ def run(args):
 
         if args.jobs < 1:
             raise CourseError("--jobs must be at least 1")
-        grader = Grader(args.course)
+        grader = Grader(args.course, sandboxed=not args.no_sandbox)
         graded, skipped, failed = grader.run(jobs=args.jobs, force=args.force, progress=not args.no_progress)
         print(f"graded {len(graded)}, unchanged {len(skipped)}, failed {len(failed)}")
         print(summary(grader.course))

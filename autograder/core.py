@@ -6,6 +6,7 @@ the test cells and the command line.
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import math
 import os
@@ -211,7 +212,7 @@ def run(exercise, impl, case, reference_module=None, timeout=DEFAULT_TIMEOUT_S):
 
 
 def run_call(kind, train_mode, impl, call, grad, weights=None, timeout=DEFAULT_TIMEOUT_S, state_after=False):
-    """`run` without the Exercise: what a clean-room process needs (autograder.clean_room)."""
+    """`run` without the Exercise: what the grading sandbox needs (autograder.record)."""
     inputs = {}
     if grad:
         for i, t in enumerate(_tensors_in((call.args, call.kwargs))):
@@ -294,6 +295,67 @@ def load_weights(student_module, weights):
                 f"parameter {name} has shape {tuple(mine[name].shape)}, expected {tuple(value.shape)}"
             )
     student_module.load_state_dict(ref)
+
+
+# ---------------------------------------------------------------- outcomes that travel
+
+
+def plain(x):
+    """x as tensors, numbers, strings, lists, tuples and dicts only: what torch.load(weights_only=True)
+    reads back. Anything else travels as its type and repr, and comes back as an object of that type's name."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone()
+    if isinstance(x, (list, tuple, dict)):
+        return {k: plain(v) for k, v in x.items()} if isinstance(x, dict) else type(x)(plain(v) for v in x)
+    kind = next((k for k in (bool, int, float, str) if isinstance(x, k)), None)  # numpy's float64 is a float, say
+    return x if x is None else kind(x) if kind else {FOREIGN: (type(x).__module__, type(x).__name__, repr(x)[:200])}
+
+
+FOREIGN = "__autograder_foreign__"
+
+
+def unplain(x):
+    """plain()'s inverse, as far as comparing needs: a foreign value becomes an object of its type's name, equal to nothing."""
+    if isinstance(x, dict) and set(x) == {FOREIGN} and isinstance(x[FOREIGN], tuple) and len(x[FOREIGN]) == 3:
+        module, name, text = map(str, x[FOREIGN])
+        return _named(name, object, module, __repr__=lambda self: text)()
+    if isinstance(x, (list, tuple, dict)):
+        return {k: unplain(v) for k, v in x.items()} if isinstance(x, dict) else type(x)(unplain(v) for v in x)
+    return x
+
+
+def _named(name, base, module=__name__, **attributes):
+    return type(name if name.isidentifier() else "Unknown", (base,), {"__module__": module, **attributes})
+
+
+def outcome_to_plain(outcome):
+    """An Outcome as plain data (autograder.record sends it out of the sandbox this way)."""
+    if outcome.error is not None:
+        return {"error": (type(outcome.error).__name__, str(outcome.error))}
+    grads = {"__error__": str(outcome.grads)} if isinstance(outcome.grads, StudentError) else outcome.grads
+    return {"outputs": plain(outcome.outputs), "grads": plain(grads)}
+
+
+def outcome_from_plain(data):
+    """The Outcome that outcome_to_plain wrote, an error as its kind (by name). Anything malformed
+    (the learner's code may have written it) becomes an error."""
+    if not isinstance(data, dict):
+        return Outcome(error=RuntimeError("its results were malformed"))
+    if "error" in data:
+        name, message = map(str, data["error"]) if isinstance(data["error"], tuple) and len(data["error"]) == 2 else ("", "")
+        known = {"CheckTimeout": CheckTimeout, "WeightMismatch": WeightMismatch}.get(name) or getattr(builtins, name, None)
+        if isinstance(known, type) and issubclass(known, Exception):  # never call anything else the data names
+            try:
+                return Outcome(error=known(message))
+            except Exception:  # one that takes other arguments
+                pass
+        return Outcome(error=_named(name, RuntimeError)(message))
+    outputs, grads = unplain(data.get("outputs")), unplain(data.get("grads"))
+    if isinstance(grads, dict) and "__error__" in grads:
+        grads = StudentError(RuntimeError(str(grads["__error__"])))
+    elif not (grads is None or grads == "missing" or isinstance(grads, dict)):
+        grads = StudentError(RuntimeError("its gradients were malformed"))
+    return Outcome(outputs=tuple(outputs) if isinstance(outputs, (list, tuple)) else (outputs,), grads=grads)
 
 
 # ---------------------------------------------------------------- comparing
@@ -426,7 +488,7 @@ def same_outputs(a, b):
         return (
             a.error is not None
             and b.error is not None
-            and type(a.error) is type(b.error)
+            and type(a.error).__name__ == type(b.error).__name__  # one of them may have come out of the sandbox
             and str(a.error) == str(b.error)
         )
     return same_value(a.outputs, b.outputs)
@@ -513,7 +575,7 @@ def diagnose(exercise, failed):
 def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
     """Compare the learner's `impl` with the reference on one case: (CaseResult, outcome).
 
-    `got`, when given, is the learner's outcome computed elsewhere (autograder.clean_room).
+    `got`, when given, is the learner's outcome computed elsewhere (in the grading sandbox).
     """
     want, weights = reference_outcome(exercise, case)
     if got is None:

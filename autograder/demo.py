@@ -26,11 +26,8 @@ def summary(course):
         lines.append(f"{g['student_id']:<18} {g['assignment']:<30} {float(g['score']):>5g} / {float(g['max_score']):<5g}")
     problems = read_problems(course)
     if problems:
-        lines += ["", "could not be graded:"] + [f"  {p['student_id']}/{p['assignment']}: {p['reason']}" for p in problems]
-    skip = {(p["student_id"], p["assignment"]) for p in problems}
+        lines += ["", "for the instructor (grading_problems.csv):"] + [f"  {p['student_id']}/{p['assignment']}: {p['reason']}" for p in problems]
     for g in grades:
-        if (g["student_id"], g["assignment"]) in skip:
-            continue
         autograded = course / "autograded" / g["student_id"] / g["assignment"]
         for path in sorted(autograded.glob("*.ipynb")):
             rows = notebook_results(nbformat.read(path, as_version=4))

@@ -9,8 +9,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder.stand_ins import SelfAttention
-
 
 class SelfAttentionFunction(nn.Module):
     """f(x) = the output of one self-attention head on x, after adding a fixed table of positions if given.
@@ -19,6 +17,8 @@ class SelfAttentionFunction(nn.Module):
     """
 
     def __init__(self, d_model, positions=None):
+        from autograder.stand_ins import SelfAttention  # here: the grading sandbox of notebook 05 has no SelfAttention
+
         super().__init__()
         self.attention = SelfAttention(d_model, d_model)
         self.positions = positions

@@ -1,16 +1,39 @@
-"""nbgrader preprocessors of the course (named in nbgrader_config.py)."""
+"""nbgrader preprocessors of the course (named in nbgrader_config.py).
+
+SandboxedExecute runs a submission in its sandbox (autograder.sandbox), and
+GradeChecks writes every check cell's outcome from the comparison on the
+grader's side (autograder.verdict), so plain `nbgrader autograde` and
+`python -m autograder grade` grade the same way.
+"""
+from pathlib import Path
+
 from nbclient.exceptions import DeadKernelError
 from nbformat.v4 import new_output
+from traitlets import Unicode
 
-from nbgrader.preprocessors import DeduplicateIds, Execute
+from nbgrader.preprocessors import DeduplicateIds, Execute, NbGraderPreprocessor
 
 
-class GuardedExecute(Execute):
-    """nbgrader's Execute, but a kernel that dies or stops answering (os._exit, a
-    crash, a fork bomb at its process limit) costs only the cells from there on: they get an error output saying
-    why, and the notebook is still graded instead of the whole submission failing."""
+class SandboxedExecute(Execute):
+    """nbgrader's Execute, with the kernel inside the submission's sandbox. A kernel that dies or
+    stops answering (os._exit, a crash, a resource limit) costs only the cells from there on: they
+    get an error output saying why, and the notebook is still graded."""
+
+    root = Unicode("", help="The course repository (nbgrader_config.py sets it).").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
+        from autograder import sandbox, verdict, views
+        from autograder.course import find_root
+        from autograder.student_dist import rename
+
+        sandboxed = sandbox.enabled()
+        sandbox.require()
+        root = Path(self.root) if self.root else find_root()
+        name = resources["nbgrader"]["notebook"]
+        folder = Path(resources["metadata"]["path"])
+        self._rename = rename if sandboxed else None  # the sandbox's helpers are course_lib, as in the student distribution
+        self._sandbox = sandbox.Sandbox(views.view(root, name) if sandboxed else None, folder, verdict.cases_for(name),
+                                        hide=[root, folder.parents[2] if len(folder.parents) > 2 else folder], sandboxed=sandboxed)
         self._died_in = None
         try:
             return super().preprocess(nb, resources, km)
@@ -21,12 +44,21 @@ class GuardedExecute(Execute):
                 raise
             self.log.warning("ignoring %s while stopping a broken kernel", type(e).__name__)
             return nb, resources
+        finally:
+            self._sandbox.close()
+
+    def create_kernel_manager(self):
+        self.km = self._sandbox.kernel_manager()
+        return self.km
 
     def preprocess_cell(self, cell, resources, index):
         if self._died_in is not None:
             if cell.cell_type == "code":
                 cell.outputs = [_error("KernelDied", f"not run: the kernel died in cell {self._died_in + 1}")]
             return cell, self.resources
+        source = cell.source
+        if self._rename and cell.cell_type == "code":
+            cell.source = self._rename(source)
         try:
             return super().preprocess_cell(cell, resources, index)
         except Exception as e:
@@ -38,6 +70,17 @@ class GuardedExecute(Execute):
             cell.outputs.append(_error("KernelDied", f"the kernel {how} while running this cell (os._exit, a crash, or a resource limit)"))
             self.log.warning("kernel %s in cell %d; the remaining cells are marked as not run", how, index + 1)
             return cell, self.resources
+        finally:
+            cell.source = source
+
+
+class GradeChecks(NbGraderPreprocessor):
+    """Every check cell's outputs, and so its score, from the grader's own comparison."""
+
+    def preprocess(self, nb, resources):
+        from autograder.verdict import grade_test_cells
+
+        return grade_test_cells(nb), resources
 
 
 def _error(ename, evalue):

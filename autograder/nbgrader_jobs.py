@@ -13,9 +13,6 @@ import sys
 from pathlib import Path
 
 from autograder.course import sqlite_url, tool_env
-from autograder.clean_room import enforce, withhold_all
-from autograder.integrity import Snapshot
-from autograder.kernel_setup import sweep
 
 RESULT_PREFIX = "@@autograder-result "
 
@@ -56,37 +53,15 @@ def grade(job):
                 db_url=sqlite_url(db),
             )
         api = apis[db]
-        snapshot = Snapshot(job["root"])  # the course's files before this submission's code runs
         auto = api.autograde(assignment, student, force=True, create=True)
         ok, log = auto["success"], auto.get("log", "") + auto.get("error", "")
-        sweep()
-        note = ""
-        changed = snapshot.restore()
-        if ok and not changed:
-            # the authoritative comparison, outside the process that ran the student's code
-            _, note = enforce(job["course"], student, assignment, sqlite_url(db))
-            changed = snapshot.restore()  # the clean room ran the learner's code too
-        if ok and changed:
-            note = withhold_all(job["course"], student, assignment, sqlite_url(db), changed, job["root"])
         if ok:
             feedback = api.generate_feedback(assignment, student, force=True)
             ok = feedback["success"]
             if not ok:
                 log += feedback.get("log", "") + feedback.get("error", "")
-        sweep()  # processes a submission left behind (a fork bomb, say) die with its grading
-        line = json.dumps({"student": student, "assignment": assignment, "ok": ok, "note": note,
-                           "score": total_score(sqlite_url(db), student, assignment) if ok else None,
-                           "log": "" if ok else log[-6000:]})
+        line = json.dumps({"student": student, "assignment": assignment, "ok": ok, "log": "" if ok else log[-6000:]})
         print(RESULT_PREFIX + line, flush=True)
-
-
-def total_score(db_url, student, assignment):
-    """The submission's score in its gradebook, as this worker left it (grade.py keeps it, so
-    that a gradebook changed later, by a process a submission left behind, say, is noticed)."""
-    from nbgrader.api import Gradebook
-
-    with Gradebook(db_url) as gb:
-        return gb.find_submission(assignment, student).score
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ REFERENCE = "solutions_lib"
 NOT_SHIPPED = (REFERENCE, "autograder.assignments")
 # autograder modules the checks need in a notebook and on the command line (`check`)
 SHIPPED = ("__init__.py", "__main__.py", "api.py", "core.py", "check_notebook.py", "course.py", "results.py",
-           "pytest_plugin.py", "fixtures.py", "stand_ins.py", "reference_data.py")
+           "pytest_plugin.py", "fixtures.py", "reference_data.py", "record.py")
 
 
 class ShipError(Exception):
@@ -98,9 +98,7 @@ def exercise_data(ex):
 
 def _portable(outcome):
     """The outcome without autograd graphs, its error one that loads anywhere."""
-    from autograder.clean_room import _detach
-
-    return core.Outcome(outputs=_detach(outcome.outputs), grads=_detach(outcome.grads), error=_portable_error(outcome.error))
+    return core.Outcome(outputs=core.plain(outcome.outputs), grads=core.plain(outcome.grads), error=_portable_error(outcome.error))
 
 
 def _portable_error(error):
@@ -372,26 +370,20 @@ def build(root, dest, names=None, force=False, echo=print):
             wanted |= imports
             shipped.append(name)
             notebooks[name] = student_notebook(nb)
-    package = dest / "autograder"
-    (package / "data").mkdir(parents=True)
+    write_package(root, dest, plan_helpers(wanted))
     for name in list(shipped):
         start = time.perf_counter()
-        exercises = registry.for_notebook(name)
         try:
-            with warnings.catch_warnings():  # some catalogued mistakes warn on purpose
-                warnings.simplefilter("ignore")
-                data = {"format": FORMAT, "exercises": [exercise_data(ex) for ex in exercises]}
+            data = write_data(dest, name)
         except ShipError as e:
             echo(f"  left out {name}: {e}")
             shipped.remove(name)
             continue
-        torch.save(data, package / "data" / f"{name}.pt")
         out = dest / "notebooks" / name / f"{name}.ipynb"
         out.parent.mkdir(parents=True)
         nbformat.write(notebooks[name], out)
         n_cases = sum(len(ex["cases"]) for ex in data["exercises"])
-        echo(f"  {name}: {len(exercises)} exercises, {n_cases} public cases checked in advance ({time.perf_counter() - start:.1f} s)")
-    _write_package(root, dest, plan_helpers(wanted))
+        echo(f"  {name}: {len(data['exercises'])} exercises, {n_cases} public cases checked in advance ({time.perf_counter() - start:.1f} s)")
     found = leaks(dest)
     if found:
         raise CourseError("the student distribution would contain reference code:\n" + "\n".join(f"  {p}: {w}" for p, w in found))
@@ -399,10 +391,25 @@ def build(root, dest, names=None, force=False, echo=print):
     return shipped
 
 
-def _write_package(root, dest, plan):
+def write_data(dest, name):
+    """autograder/data/NAME.pt of the distribution in `dest`: the checks of notebook `name`, computed in advance."""
+    with warnings.catch_warnings():  # some catalogued mistakes warn on purpose
+        warnings.simplefilter("ignore")
+        data = {"format": FORMAT, "exercises": [exercise_data(ex) for ex in registry.for_notebook(name)]}
+    path = Path(dest) / "autograder" / "data" / f"{name}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(data, path)
+    return data
+
+
+def write_package(root, dest, plan, without=()):
+    """The distribution's code in `dest`: the check machinery and course_lib, as `plan` says;
+    `without` names stand-ins to leave out (the grading sandbox's view of one notebook)."""
     package = dest / "autograder"
+    package.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED:
         shutil.copy(Path(root) / "autograder" / name, package / name)
+    (package / "stand_ins.py").write_text(stand_ins_without(without))
     (package / "registry.py").write_text(
         '"""The exercises of the student distribution: their checks, computed in advance (see reference_data)."""\n'
         "from autograder.reference_data import all_exercises, for_notebook, get  # noqa: F401\n"
@@ -419,6 +426,18 @@ def _write_package(root, dest, plan):
         (helpers / f"{module}.py").write_text(text)
     (dest / "pyproject.toml").write_text(PYPROJECT)
     (dest / "README.md").write_text(README)
+
+
+def stand_ins_without(names):
+    """The text of autograder/stand_ins.py without the definitions of `names`."""
+    source = inspect.getsource(stand_ins)
+    lines, drop = source.splitlines(keepends=True), set()
+    for stmt in ast.parse(source).body:
+        if _bound(stmt) & set(names) and not isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+            drop |= set(range(start - 1, stmt.end_lineno))
+    kept = "".join(line for i, line in enumerate(lines) if i not in drop)
+    return "".join(line for line in kept.splitlines(keepends=True) if line.strip().strip('",') not in names)
 
 
 PYPROJECT = """\

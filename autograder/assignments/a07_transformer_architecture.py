@@ -203,6 +203,7 @@ def encoder_layer_cases():
         _layer_case(22, "encoder", 1, 3, None, 12, 3, 24),
         _layer_case(23, "encoder", 3, 6, None, 8, 2, 16, masks=True, part="padding mask"),
         _layer_case(24, "encoder", 2, 7, None, 16, 4, 32, masks=True, part="padding mask", hidden=True),
+        _layer_case(25, "encoder", 2, 4, None, 12, 3, 24, hidden=True),
     ]
 
 
@@ -211,6 +212,7 @@ def encoder_cases():
         _layer_case(31, "encoder", 2, 5, None, 8, 2, 16, N=2),
         _layer_case(32, "encoder", 3, 6, None, 8, 2, 16, N=3, masks=True, part="padding mask"),
         _layer_case(33, "encoder", 2, 4, None, 12, 3, 24, N=2, masks=True, part="padding mask", hidden=True),
+        _layer_case(34, "encoder", 2, 3, None, 8, 2, 16, N=2, hidden=True),
     ]
 
 
@@ -220,6 +222,7 @@ def decoder_layer_cases():
         _layer_case(42, "decoder", 1, 3, 5, 12, 3, 24),
         _layer_case(43, "decoder", 3, 6, 5, 8, 2, 16, masks=True, part="padding mask"),
         _layer_case(44, "decoder", 2, 7, 3, 16, 4, 32, masks=True, part="padding mask", hidden=True),
+        _layer_case(45, "decoder", 2, 5, 3, 12, 3, 24, hidden=True),
     ]
 
 
@@ -228,6 +231,7 @@ def decoder_cases():
         _layer_case(51, "decoder", 2, 6, 4, 8, 2, 16, N=2),
         _layer_case(52, "decoder", 3, 5, 6, 8, 2, 16, N=3, masks=True, part="padding mask"),
         _layer_case(53, "decoder", 2, 4, 5, 12, 3, 24, N=2, masks=True, part="padding mask", hidden=True),
+        _layer_case(54, "decoder", 2, 3, 4, 8, 2, 16, N=2, hidden=True),
     ]
 
 
@@ -254,6 +258,8 @@ def transformer_cases():
         _transformer_case(62, 3, 6, 5, 9, 7, 8, 2, 2, 16, masks=True, part="padding masks"),
         _transformer_case(63, 2, 4, 6, 10, 10, 8, 2, 1, 16, tie=True, part="tied weights"),
         _transformer_case(64, 2, 7, 6, 12, 9, 12, 3, 2, 24, masks=True, part="padding masks", hidden=True),
+        _transformer_case(65, 2, 6, 5, 10, 11, 8, 2, 2, 16, hidden=True),
+        _transformer_case(66, 2, 5, 4, 9, 9, 12, 3, 1, 24, tie=True, part="tied weights", hidden=True),
     ]
 
 

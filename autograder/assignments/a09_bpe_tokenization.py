@@ -183,6 +183,7 @@ def train_cases():
         _train_case("an empty text, vocab_size=300", lambda: "", 300, part="stops when no pair is left"),
         _train_case("vocab_size=256: no merges", lambda: corpus(23, 20), 256, part="stops when no pair is left"),
         _train_case("hidden", lambda: corpus(24, 200, n_lexicon=20), 320, hidden=True),
+        _train_case("hidden", lambda: "xyz xyz xy", 400, part="stops when no pair is left", hidden=True),
     ]
 
 
@@ -332,6 +333,7 @@ def encode_cases():
         _encode_case("a text with unseen characters (an emoji and two others)", lambda: unseen_text(34, 20), lambda: _merges_of(34, 80, 40), part="unseen characters"),
         _encode_case("an empty text", lambda: "", lambda: _merges_of(35, 40, 20), part="unseen characters"),
         _encode_case("hidden", lambda: unseen_text(36, 60), lambda: _merges_of(36, 150, 70), part="unseen characters", hidden=True),
+        _encode_case("hidden", lambda: corpus(37, 30, text_seed=9), lambda: _merges_of(37, 90, 60), hidden=True),
     ]
 
 

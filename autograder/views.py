@@ -1,0 +1,67 @@
+"""What the grading sandbox shows of the course: the student side of one notebook.
+
+`view(root, name)` is a folder holding what `release --student-dist` ships
+for notebook `name` (the check machinery, its public precomputed data, the
+`course_lib` helpers its cells import), less every stand-in that implements
+one of that notebook's own exercises. It is built once per version of the
+course's code and kept in ROOT/.autograder/views/.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import nbformat
+import torch
+
+from autograder import registry, student_dist
+from autograder.course import digest
+
+FOLDER = Path(".autograder") / "views"
+
+
+def fingerprint(root, name):
+    """Changes whenever anything a notebook's grading depends on does: its source, the course's code, torch."""
+    root = Path(root)
+    files = [root / "solutions" / name / f"{name}.ipynb", root / "nbgrader_config.py"]
+    files += [p for package in ("autograder", "solutions_lib") for p in (root / package).rglob("*.py")]
+    return digest(files)[:12] + "-" + torch.__version__.replace("+", "_")
+
+
+def view(root, name):
+    """The folder the sandbox mounts as /course when it grades notebook `name` (built if needed)."""
+    root = Path(root)
+    dest = root / FOLDER / f"{name}-{fingerprint(root, name)}"
+    if dest.is_dir():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=dest.parent))
+    try:
+        build(root, name, tmp)
+        os.chmod(tmp, 0o755)
+        os.rename(tmp, dest)  # atomic: a parallel worker that built it first wins, and this copy goes
+    except OSError:
+        if not dest.is_dir():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for old in dest.parent.glob(f"{name}-*"):
+        if old != dest:
+            shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
+def build(root, name, dest):
+    """Write the student side of notebook `name` into `dest` (an empty folder)."""
+    own = {ex.name for ex in registry.for_notebook(name)}
+    nb = nbformat.read(Path(root) / "solutions" / name / f"{name}.ipynb", as_version=4)
+    plan = student_dist.plan_helpers(student_dist.notebook_imports(nb))
+    if any(own & (entry["names"] | entry["stand_ins"]) for entry in plan.values()):
+        raise student_dist.ShipError(f"{name} imports one of its own exercises from the course's packages")
+    student_dist.write_package(root, Path(dest), plan, without=own)
+    student_dist.write_data(dest, name)
+    found = student_dist.leaks(dest)
+    if found:
+        raise student_dist.ShipError("the grading sandbox would contain reference code:\n" + "\n".join(f"  {p}: {w}" for p, w in found))

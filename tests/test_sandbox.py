@@ -1,0 +1,115 @@
+"""The world learner code runs in while it is graded (autograder.sandbox, autograder.views)."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import registry, sandbox, student_dist, verdict, views
+from autograder.course import CourseError
+from autograder.grade import Grader, read_problems
+from conftest import ROOT
+
+NAME = "05_self_attention"
+needs_bwrap = pytest.mark.skipif(sandbox.problem() != "", reason=f"no sandbox here: {sandbox.problem()}")
+
+PROBE = """
+import json, os, socket, sys
+found = {}
+def attempt(name, f):
+    try:
+        found[name] = repr(f())
+    except Exception as e:
+        found[name] = "blocked: " + type(e).__name__
+attempt("reference", lambda: __import__("solutions_lib"))
+attempt("catalog", lambda: __import__("autograder.assignments"))
+attempt("repository", lambda: os.listdir(sys.argv[1]))
+attempt("course", lambda: os.listdir(sys.argv[2]))
+attempt("write the environment", lambda: open(os.path.join(sys.prefix, "planted.pth"), "w"))
+attempt("write the root", lambda: open("/planted", "w"))
+attempt("write its folder", lambda: open("mine.txt", "w").write("ok"))
+attempt("write /tmp", lambda: open("/tmp/mine.txt", "w").write("ok"))
+attempt("network", lambda: socket.create_connection(("127.0.0.1", int(sys.argv[3])), timeout=3))
+attempt("processes", lambda: sorted(p for p in os.listdir("/proc") if p.isdigit()))
+attempt("uid", lambda: os.getuid())
+attempt("own stand-in", lambda: __import__("autograder.stand_ins", fromlist=["x"]).causal_mask)
+attempt("environment", lambda: sorted(os.environ))
+print(json.dumps(found))
+"""
+
+
+@needs_bwrap
+def test_the_sandbox_holds_only_what_a_student_has(tmp_path):
+    course = tmp_path / "course"
+    folder = course / "submitted" / "eve" / NAME
+    folder.mkdir(parents=True)
+    (folder / f"{NAME}.ipynb").write_text("{}")
+    (course / "gradebook.db").write_text("grades")
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    box = sandbox.Sandbox(views.view(ROOT, NAME), folder, verdict.cases_for(NAME), hide=[ROOT, course])
+    try:
+        argv = box.command([sys.executable, "-c", PROBE, str(ROOT), str(course), str(listener.getsockname()[1])])
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    finally:
+        box.close()
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    for name in ("reference", "catalog", "course", "write the environment", "write the root", "network", "own stand-in"):
+        assert found[name].startswith("blocked"), (name, found[name])
+    # of the repository, at most the Python environment inside it (.venv) is there
+    assert found["repository"].startswith("blocked") or found["repository"] == repr([Path(sys.prefix).name])
+    assert found["write its folder"] == "2" and found["write /tmp"] == "2"
+    assert found["processes"] == "['1', '2']" and found["uid"] == str(sandbox.UID)
+    assert "AUTOGRADER_CASES" in found["environment"] and "HOME" in found["environment"]
+    with pytest.raises(socket.timeout):
+        listener.accept()
+    assert not box.scratch.exists()
+
+
+def test_a_notebooks_view_has_the_student_side_and_none_of_its_exercises():
+    folder = views.view(ROOT, NAME)
+    own = {ex.name for ex in registry.for_notebook(NAME)}
+    assert not (folder / "solutions_lib").exists() and not (folder / "autograder" / "assignments").exists()
+    stand_ins = (folder / "autograder" / "stand_ins.py").read_text()
+    assert not [n for n in own if f"def {n}(" in stand_ins or f"class {n}(" in stand_ins]
+    assert "MultiHeadAttention" in stand_ins  # another notebook's building block stays
+    assert sorted(p.name for p in (folder / "autograder" / "data").iterdir()) == [f"{NAME}.pt"]
+    assert student_dist.leaks(folder) == []
+    assert views.view(ROOT, NAME) == folder  # built once
+
+
+def test_grading_stops_before_anything_where_the_sandbox_cannot_start(tmp_path, monkeypatch):
+    folder = tmp_path / "submitted" / "eve" / NAME
+    folder.mkdir(parents=True)
+    shutil.copy(ROOT / "notebooks" / NAME / f"{NAME}.ipynb", folder)
+    monkeypatch.setattr(sandbox, "_problem", "bubblewrap is not installed: apt-get install bubblewrap")
+    with pytest.raises(CourseError, match="bubblewrap is not installed"):
+        Grader(tmp_path, root=ROOT, log=lambda *a: None).run(progress=False)
+    assert not (tmp_path / "autograded").exists() and not (tmp_path / "grades.csv").exists()
+
+
+def test_plain_nbgrader_stops_too_without_bubblewrap(tmp_path):
+    (tmp_path / "nbgrader_config.py").write_text(f"c = get_config()\nload_subconfig({str(ROOT / 'nbgrader_config.py')!r})\n")
+    env = os.environ | {"PATH": str(Path(sys.executable).parent)}  # no bwrap on this PATH
+    done = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", NAME], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "cannot autograde: bubblewrap is not installed" in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_no_sandbox_grades_and_says_so_on_every_row(tmp_path):
+    for student in ("ada", "ben"):
+        folder = tmp_path / "submitted" / student / NAME
+        folder.mkdir(parents=True)
+        shutil.copy(ROOT / "examples" / "submitted" / "ada_complete" / NAME / f"{NAME}.ipynb", folder)
+    graded, _, failed = Grader(tmp_path, root=ROOT, log=lambda *a: None, sandboxed=False).run(progress=False)
+    assert sorted(graded) == [("ada", NAME), ("ben", NAME)] and failed == []
+    assert [(p["student_id"], p["reason"]) for p in read_problems(tmp_path)] == [("ada", sandbox.UNSAFE_NOTE), ("ben", sandbox.UNSAFE_NOTE)]
+    nb = nbformat.read(tmp_path / "autograded" / "ada" / NAME / f"{NAME}.ipynb", as_version=4)
+    assert "recorded" not in json.dumps(nb)  # graded through the same comparison as in the sandbox

@@ -1,0 +1,144 @@
+"""The grading protocol without nbgrader: the cases the grader sends into the sandbox,
+what a test cell sends back (autograder.record), and the grader's verdict on it
+(autograder.verdict), for the reference, every catalogued mistake, and forgeries."""
+import base64
+import io
+import os
+import pickle
+
+import nbformat
+import pytest
+import torch
+from nbformat.v4 import new_code_cell, new_output
+
+from autograder import core, record, registry, verdict
+from autograder.results import notebook_results
+
+EXERCISES = registry.all_exercises()
+MISTAKES = [(ex, m) for ex in EXERCISES for m in ex.mistakes]
+
+
+@pytest.fixture
+def grading(tmp_path, monkeypatch):
+    """Be the sandbox of one notebook: its cases file written where record.py reads it."""
+    def enter(notebook):
+        path = tmp_path / f"{notebook}.pt"
+        path.write_bytes(verdict.cases_for(notebook))
+        monkeypatch.setenv(record.CASES, str(path))
+        monkeypatch.setattr(record, "_exercises", None)
+    return enter
+
+
+def check_cell(name, blob=None, outputs=()):
+    cell = new_code_cell(f'check("{name}", {name})')
+    cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": f"check_{name}",
+                                 "points": registry.get(name).points}
+    cell.outputs = list(outputs) + ([new_output("display_data", data={record.MIME: blob})] if blob is not None else [])
+    return cell
+
+
+def graded(*cells):
+    nb = verdict.grade_test_cells(nbformat.v4.new_notebook(cells=list(cells)))
+    return {r.exercise: r for r in notebook_results(nb)}
+
+
+def sent(name, impl):
+    return record.encode(record.outcomes(name, impl))
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda x: x.name)
+def test_the_reference_earns_full_marks_through_the_protocol(exercise, grading):
+    grading(exercise.notebook)
+    r = graded(check_cell(exercise.name, sent(exercise.name, exercise.reference)))[exercise.name]
+    assert (r.score, r.status) == (exercise.points, "passed"), r.reason
+    assert f"{len(exercise.cases())} cases" in verdict.explain(
+        verdict.verdict(exercise, check_cell(exercise.name, sent(exercise.name, exercise.reference)))[0], {})[0][0]
+
+
+@pytest.mark.parametrize("exercise,mistake", MISTAKES, ids=lambda x: x.name)
+def test_each_mistake_is_named_through_the_protocol(exercise, mistake, grading):
+    grading(exercise.notebook)
+    r = graded(check_cell(exercise.name, sent(exercise.name, mistake.impl)))[exercise.name]
+    assert r.score < exercise.points
+    assert mistake.says in r.reason
+
+
+def test_the_cases_file_holds_inputs_and_no_expected_output():
+    data = torch.load(io.BytesIO(verdict.cases_for("05_self_attention")), weights_only=False)
+    assert set(data) == {ex.name for ex in registry.for_notebook("05_self_attention")}
+    for name, ex in data.items():
+        assert set(ex) == {"kind", "train_mode", "state_after", "cases"}
+        assert len(ex["cases"]) == len(registry.get(name).cases())
+        for blob, grad, weights in ex["cases"]:
+            assert isinstance(blob, bytes) and isinstance(grad, bool)
+            assert set(torch.load(io.BytesIO(blob), weights_only=False)) == {"call", "grads"}
+
+
+def test_a_stub_is_not_implemented(grading):
+    grading("05_self_attention")
+
+    def stub(q, k):
+        raise NotImplementedError()
+
+    r = graded(check_cell("attention_scores", sent("attention_scores", stub)))["attention_scores"]
+    assert (r.score, r.status) == (0, "not implemented")
+
+
+def test_a_check_that_never_ran_gets_zero_with_the_cells_error():
+    error = new_output("error", ename="NameError", evalue="name 'causal_mask' is not defined", traceback=[])
+    r = graded(check_cell("causal_mask", outputs=[error]))["causal_mask"]
+    assert r.score == 0 and "NameError: name 'causal_mask' is not defined" in r.reason
+    r = graded(check_cell("causal_mask", outputs=[new_output("stream", name="stdout", text="✔ all good")]))["causal_mask"]
+    assert r.score == 0 and "did not run" in r.reason
+
+
+class Trap:
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/seqcourse-verdict-trap-ran",))
+
+
+def blob_of(obj):
+    buf = io.BytesIO()
+    torch.save(obj, buf, pickle_module=pickle)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+@pytest.mark.parametrize("blob", [
+    "not base64 at all!",
+    base64.b64encode(b"not a torch file").decode(),
+    blob_of([Trap()]),
+    blob_of({"outputs": 1}),
+    blob_of([{"outputs": "x", "grads": [1, 2]}, 7, {"error": 3}]),
+    blob_of([{"error": ("exec", "open('/tmp/seqcourse-verdict-trap-ran', 'w')")}, {"error": ("print", "x")}]),
+], ids=["text", "bytes", "pickle", "dict", "malformed", "names-a-function"])
+def test_forged_results_earn_nothing_and_run_nothing(blob):
+    if os.path.exists("/tmp/seqcourse-verdict-trap-ran"):
+        os.remove("/tmp/seqcourse-verdict-trap-ran")
+    r = graded(check_cell("causal_mask", blob))["causal_mask"]
+    assert r.score == 0
+    assert not os.path.exists("/tmp/seqcourse-verdict-trap-ran")
+
+
+def test_the_last_results_sent_count(grading):
+    grading("05_self_attention")
+    ex = registry.get("causal_mask")
+    good, bad = sent("causal_mask", ex.reference), blob_of([{"outputs": (torch.zeros(1),), "grads": None}])
+    assert graded(check_cell("causal_mask", good, outputs=[new_output("display_data", data={record.MIME: bad})]))["causal_mask"].score == ex.points
+    assert graded(check_cell("causal_mask", bad, outputs=[new_output("display_data", data={record.MIME: good})]))["causal_mask"].score == 0
+
+
+def test_public_answers_alone_earn_nothing():
+    # Every part of every exercise has a hidden case, so results copied from the public
+    # precomputed data (which a learner has) cannot pass a part on their own.
+    for ex in EXERCISES:
+        for part in ex.part_weights():
+            assert any(c.hidden for c in ex.cases() if c.part == part), (ex.name, part)
+
+
+def test_an_error_comes_back_as_its_kind():
+    for error in [NotImplementedError("x"), core.CheckTimeout("slow"), MemoryError(), ZeroDivisionError("z")]:
+        back = core.outcome_from_plain(core.outcome_to_plain(core.Outcome(error=error))).error
+        assert type(back) is type(error) and str(back) == str(error)
+    custom = type("MyOwnError", (Exception,), {})
+    back = core.outcome_from_plain(core.outcome_to_plain(core.Outcome(error=custom("mine")))).error
+    assert core.describe_error(back) == "MyOwnError: mine"
