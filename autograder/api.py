@@ -78,7 +78,11 @@ def explain(report, passed):
     n = len(report.results)
     if report.fraction == 1.0:
         what = "outputs and gradients match" if any(r.case.grad for r in report.results) else "outputs match"
-        return [f"✔ {ex.name}: {_pts(ex.points)}/{_pts(ex.points)} points, {n} cases: {what}."], ""
+        lines = [f"✔ {ex.name}: {_pts(ex.points)}/{_pts(ex.points)} points, {n} cases: {what}."]
+        if report.through:
+            lines.append(f"  It is right on its own: it was checked with the mistake of your {', '.join(report.through)}, "
+                         "which costs points there only. Fix that, and this works as it is.")
+        return lines, ""
     if report.not_implemented:
         reason = f"{ex.name} is not implemented yet"
         return [f"✘ {reason} (the stub still raises NotImplementedError)."], reason

@@ -3,7 +3,7 @@
 They live here, outside the assignment modules, because the student
 distribution stores each public case's inputs (autograder.reference_data) and
 must be able to load them without the assignment modules or the reference:
-so every class here is picklable and built on torch and autograder.stand_ins only.
+so every class here is picklable and built on torch and course_lib only.
 """
 import torch
 import torch.nn.functional as F
@@ -17,7 +17,7 @@ class SelfAttentionFunction(nn.Module):
     """
 
     def __init__(self, d_model, positions=None):
-        from autograder.stand_ins import SelfAttention  # here: the grading sandbox of notebook 05 has no SelfAttention
+        from course_lib.attention import SelfAttention  # here: the grading sandbox of notebook 05 has no SelfAttention
 
         super().__init__()
         self.attention = SelfAttention(d_model, d_model)

@@ -1,32 +1,36 @@
 """`python -m autograder grade`: real `nbgrader autograde` of a class, J students at a time.
 
 Layout (nbgrader's): COURSE/submitted/<student>/<assignment>/<notebook>.ipynb.
-Produces COURSE/autograded/..., COURSE/feedback/<student>/<assignment>/<notebook>.html
-and COURSE/grades.csv in nbgrader's export format.
+Produces COURSE/autograded/..., COURSE/feedback/<student>/<assignment>/<notebook>.html,
+the course's gradebook COURSE/gradebook.db (autograder.gradebook), and from it
+COURSE/grades.csv, exactly as `nbgrader export` writes it.
 
-Each submission has a gradebook of its own (COURSE/.autograder/gradebooks), so
-parallel jobs never write the same database; grades.csv is exported from all of
-them. A manifest remembers what was graded from which files, so a second run
-grades only submissions that changed, and a run killed halfway resumes.
+Each job autogrades a submission into a gradebook of its own, then merges the
+result into the course's gradebook, one at a time. A manifest remembers what was
+graded from which files, so a second run grades only submissions that changed
+(or whose autograded notebook is gone), rebuilds feedback that is missing or
+older than the gradebook, and a run killed halfway resumes.
 """
 from __future__ import annotations
 
 import csv
+import difflib
+import html
 import json
 import os
-import shutil
-import tempfile
 import queue
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
 import nbformat
 
-from autograder import sandbox, views
+from autograder import gradebook, sandbox, views
 from autograder.course import CourseError, assignments, digest, find_root, sqlite_url, tool_env
-from autograder.nbgrader_jobs import RESULT_PREFIX, generate_assignments
+from autograder.nbgrader_jobs import RESULT_PREFIX, api_for, generate_assignments
 
 STATE = ".autograder"
 
@@ -62,7 +66,7 @@ class Grader:
         self.course = course_dir_for(course)
         self.root = Path(root) if root else find_root()
         self.state = self.course / STATE
-        self.known = set(assignments(self.root))
+        self.known = assignments(self.root)
         self.log = log
         self.sandboxed = sandboxed
 
@@ -71,7 +75,7 @@ class Grader:
         """What an assignment's grades depend on besides the submission: its source, the course's code and config."""
         return views.fingerprint(self.root, name)
 
-    def gradebook(self, student, name):
+    def own_gradebook(self, student, name):
         return self.state / "gradebooks" / student / f"{name}.db"
 
     def load_manifest(self):
@@ -87,24 +91,24 @@ class Grader:
         os.replace(tmp, path)
 
     def submissions(self):
-        """{(student, assignment): key} for every submission on disk; the key changes
-        when the submitted files, the assignment's source or the config change."""
-        found = {}
-        fingerprints = {}
+        """({(student, assignment): key}, {(student, folder): reason}): every submission on disk, its key
+        changing with the submitted files, the assignment's source and the course's code; and the
+        folders under submitted/ that are no assignment."""
+        found, strays, fingerprints = {}, {}, {}
         for student_dir in sorted((self.course / "submitted").iterdir()):
             if not student_dir.is_dir() or student_dir.name.startswith("."):
                 continue
-            for a_dir in sorted(student_dir.iterdir()):
-                if not a_dir.is_dir():
-                    continue
+            for a_dir in sorted(p for p in student_dir.iterdir() if p.is_dir()):
                 name = a_dir.name
                 if name not in self.known:
-                    self.log(f"skipping {student_dir.name}/{name}: no assignment of that name in solutions/")
+                    close = difflib.get_close_matches(name, self.known, n=1, cutoff=0.6)
+                    hint = f"; did you mean {close[0]}?" if close else f"; the assignments are {', '.join(self.known)}"
+                    strays[(student_dir.name, name)] = f"submitted as {name!r}, which is no assignment" + hint
                     continue
                 if name not in fingerprints:
                     fingerprints[name] = self.fingerprint(name)
                 found[(student_dir.name, name)] = digest(_files(a_dir)) + ":" + fingerprints[name]
-        return found
+        return found, strays
 
     # ---------------------------------------------------------------- nbgrader
     def templates(self, names):
@@ -122,6 +126,17 @@ class Grader:
                     shutil.copy(db, paths[name].with_suffix(".tmp"))
                     os.replace(paths[name].with_suffix(".tmp"), paths[name])
         return paths
+
+    def prepare_gradebook(self, names, manifest):
+        """The assignments in the course's gradebook, as nbgrader's generate_assignment puts them there."""
+        known = manifest.setdefault("gradebook", {})
+        stale = [name for name in names if known.get(name) != self.fingerprint(name)]
+        if stale:
+            with tempfile.TemporaryDirectory() as tmp, gradebook.locked(self.course):
+                for name, (ok, log) in generate_assignments(self.root, stale, Path(tmp), self.course / "gradebook.db").items():
+                    if not ok:
+                        raise CourseError(f"nbgrader could not put {name} into {self.course / 'gradebook.db'}:\n{log[-3000:]}")
+                    known[name] = self.fingerprint(name)
 
     def _start_worker(self, index, items, jobs):
         jobfile = self.state / f"job-{index}.json"
@@ -149,16 +164,17 @@ class Grader:
         if self.sandboxed:
             sandbox.require()  # before anything is graded
         self.state.mkdir(parents=True, exist_ok=True)
-        subs = self.submissions()
-        if not subs:
+        subs, strays = self.submissions()
+        if not subs and not strays:
             raise CourseError(f"no submissions found under {self.course / 'submitted'}")
         manifest = self.load_manifest()
         done = manifest.setdefault("graded", {})
         problems = manifest.setdefault("problems", {})  # graded 0: nbgrader could not grade it
         notes = manifest.setdefault("notes", {})  # graded, but the instructor should know
-        todo = [key for key, k in subs.items() if force or done.get("/".join(key)) != k]
+        todo = [key for key, k in subs.items() if force or done.get("/".join(key)) != k or not self._autograded(key)]
         skipped = [key for key in subs if key not in todo]
         graded, failed = [], []
+        self.prepare_gradebook(sorted({name for _, name in subs}), manifest)
         for key in list(todo):
             problem = self.precheck(*key)
             problems.pop("/".join(key), None)
@@ -167,61 +183,74 @@ class Grader:
                 todo.remove(key)
                 problems["/".join(key)] = problem
                 done["/".join(key)] = subs[key]
-                self.gradebook(*key).unlink(missing_ok=True)
-                for folder in ("autograded", "feedback"):  # no stale results of an earlier version
-                    shutil.rmtree(self.course / folder / key[0] / key[1], ignore_errors=True)
                 failed.append(key)
                 self.log(f"{key[0]}/{key[1]}: {problem}")
+        for (student, folder), reason in strays.items():  # under the assignment meant, when the student has none
+            close = difflib.get_close_matches(folder, self.known, n=1, cutoff=0.6)
+            key = (student, close[0] if close and (student, close[0]) not in subs else folder)
+            problems["/".join(key)] = reason
+            failed.append(key)
         if todo:
-            templates = self.templates(sorted({name for _, name in todo}))
-            for student, name in todo:
-                db = self.gradebook(student, name)
-                db.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy(templates[name], db)  # a fresh gradebook: a half-graded one is never reused
-            # Every submission has its own gradebook, so the workers never share a database.
-            groups = [todo[i::jobs] for i in range(min(jobs, len(todo)))]
-            events = queue.Queue()
-            workers = []
-            for i, group in enumerate(groups):
-                items = [[s, a, str(self.gradebook(s, a))] for s, a in group]
-                proc, log = self._start_worker(i, items, len(groups))
-                threading.Thread(target=_read_results, args=(proc, events), daemon=True).start()
-                workers.append((proc, log, group))
-            bar = _progress(len(todo), progress)
-            remaining, seen = len(workers), set()
-            while remaining:
-                event = events.get()
-                if event is None:
-                    remaining -= 1
-                    continue
-                key = (event["student"], event["assignment"])
-                seen.add(key)
-                notes.pop("/".join(key), None)
-                if event["ok"]:
-                    done["/".join(key)] = subs[key]
-                    graded.append(key)
-                    if not self.sandboxed:
-                        notes["/".join(key)] = sandbox.UNSAFE_NOTE
-                else:
-                    done.pop("/".join(key), None)
-                    problems["/".join(key)] = "nbgrader could not grade it: " + _last_error(event["log"])
-                    failed.append(key)
-                    self.log(f"nbgrader failed on {key[0]}/{key[1]}:\n{event['log']}")
-                self.save_manifest(manifest)
-                bar.update(1)
-            bar.close()
-            for proc, log, group in workers:
-                proc.wait()
-                log.close()
-                lost = [key for key in group if key not in seen]
-                if lost:
-                    failed += lost
-                    for key in lost:
-                        problems["/".join(key)] = f"grading stopped early (exit {proc.returncode}); run grade again"
-                    self.log(f"a grading process stopped early (exit {proc.returncode}); see {log.name}")
+            self._grade(todo, jobs, subs, manifest, graded, failed, progress)
+        for key in failed:
+            self.withhold(*key, problems["/".join(key)])
+        current = {"/".join(key) for key in list(subs) + failed}
+        for key in [k for k in problems if k not in current]:  # a stray folder since renamed, say
+            del problems[key]
+        self.refresh_feedback([key for key in subs if "/".join(key) not in problems], manifest, force=graded)
         self.save_manifest(manifest)
-        self.export(subs, problems, notes)
+        self.export([tuple(k.split("/", 1)) for k in current], problems, notes)
         return graded, skipped, failed
+
+    def _autograded(self, key):
+        return (self.course / "autograded" / key[0] / key[1] / f"{key[1]}.ipynb").exists()
+
+    def _grade(self, todo, jobs, subs, manifest, graded, failed, progress):
+        done, problems, notes = manifest["graded"], manifest["problems"], manifest["notes"]
+        templates = self.templates(sorted({name for _, name in todo}))
+        for student, name in todo:
+            db = self.own_gradebook(student, name)
+            db.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(templates[name], db)  # a fresh gradebook: a half-graded one is never reused
+        groups = [todo[i::jobs] for i in range(min(jobs, len(todo)))]
+        events = queue.Queue()
+        workers = []
+        for i, group in enumerate(groups):
+            items = [[s, a, str(self.own_gradebook(s, a))] for s, a in group]
+            proc, log = self._start_worker(i, items, len(groups))
+            threading.Thread(target=_read_results, args=(proc, events), daemon=True).start()
+            workers.append((proc, log, group))
+        bar = _progress(len(todo), progress)
+        remaining, seen = len(workers), set()
+        while remaining:
+            event = events.get()
+            if event is None:
+                remaining -= 1
+                continue
+            key = (event["student"], event["assignment"])
+            seen.add(key)
+            if event["ok"]:
+                done["/".join(key)] = subs[key]
+                graded.append(key)
+                if not self.sandboxed:
+                    notes["/".join(key)] = sandbox.UNSAFE_NOTE
+            else:
+                done.pop("/".join(key), None)
+                problems["/".join(key)] = "nbgrader could not grade it: " + _last_error(event["log"])
+                failed.append(key)
+                self.log(f"nbgrader failed on {key[0]}/{key[1]}:\n{event['log']}")
+            self.save_manifest(manifest)
+            bar.update(1)
+        bar.close()
+        for proc, log, group in workers:
+            proc.wait()
+            log.close()
+            lost = [key for key in group if key not in seen]
+            if lost:
+                failed += lost
+                for key in lost:
+                    problems["/".join(key)] = f"grading stopped early (exit {proc.returncode}); run grade again"
+                self.log(f"a grading process stopped early (exit {proc.returncode}); see {log.name}")
 
     def precheck(self, student, name):
         """Why a submission cannot be graded at all, or '' when nbgrader can take it."""
@@ -237,54 +266,65 @@ class Grader:
             return f"{name}.ipynb could not be read as a notebook ({first})"
         return ""
 
-    def export(self, subs, problems, notes=None):
-        """grades.csv (nbgrader's format) from every submission's gradebook; a submission
-        that could not be graded gets 0 points, and its reason goes to grading_problems.csv,
-        beside the notes on submissions that were graded (without the sandbox, say)."""
-        notes = {} if notes is None else notes
-        from nbgrader.api import Gradebook
-        from nbgrader.plugins import CsvExportPlugin
+    def withhold(self, student, folder, reason):
+        """0 points in the gradebook for a submission that could not be graded, and feedback that says why:
+        one page per notebook the student handed in (as nbgrader's fetch_feedback looks for them)."""
+        gradebook.withdraw(self.course, folder, student)
+        for kind in ("autograded", "feedback"):  # no stale results of an earlier version
+            shutil.rmtree(self.course / kind / student / folder, ignore_errors=True)
+        submitted = self.course / "submitted" / student / folder
+        if not submitted.is_dir():
+            submitted = next((p for p in (self.course / "submitted" / student).iterdir()
+                              if p.is_dir() and difflib.get_close_matches(p.name, [folder], n=1, cutoff=0.6)), submitted)
+        out = self.course / "feedback" / student / folder
+        out.mkdir(parents=True, exist_ok=True)
+        for stem in sorted({p.stem for p in submitted.glob("*.ipynb")} or {folder}):
+            (out / f"{stem}.html").write_text(PROBLEM_PAGE.format(assignment=html.escape(folder), reason=html.escape(reason)))
+        for extra in ("timestamp.txt", "submission_secret.txt"):  # what nbgrader's release_feedback needs
+            if (submitted / extra).is_file():
+                shutil.copy(submitted / extra, out / extra)
 
-        header = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
-                  "raw_score", "late_submission_penalty", "score", "max_score"]
-        rows, missing = [], []
-        with tempfile.TemporaryDirectory() as tmp:
-            for student, name in sorted(subs):
-                db = self.gradebook(student, name)
-                found = []
-                if db.exists() and "/".join((student, name)) not in problems:
-                    out = Path(tmp) / "grades.csv"
-                    with Gradebook(sqlite_url(db)) as gb:
-                        CsvExportPlugin(to=str(out), student=[student], assignment=[name]).export(gb)
-                    with open(out, newline="") as fh:
-                        reader = csv.reader(fh)
-                        header = next(reader)
-                        found = list(reader)
-                if found:
-                    rows += found
-                else:
-                    missing.append((student, name))
-        if missing:
-            max_scores = self.max_scores(sorted({name for _, name in missing}))
-            for student, name in missing:
-                rows.append([name, "", "", student, "", "", "", 0.0, 0.0, 0.0, max_scores[name]])
-        rows.sort(key=lambda r: (r[0], r[3]))
-        _write_csv(self.course / "grades.csv", header, rows)
-        wanted = {"/".join(key) for key in subs}
-        listed = sorted((k.split("/", 1), reason) for k, reason in (notes or {}).items() if k in wanted and k not in problems)
+    def refresh_feedback(self, keys, manifest, force=()):
+        """Generate again the feedback that is missing or older than the gradebook (manual grades, say)."""
+        known, states = manifest.setdefault("feedback", {}), gradebook.states(self.course)
+        stale = []
+        for key in keys:
+            now = states.get(key, "")
+            page = self.course / "feedback" / key[0] / key[1] / f"{key[1]}.html"
+            if key in force:
+                known["/".join(key)] = now
+            elif known.get("/".join(key)) != now or not page.exists():
+                stale.append(key)
+                known["/".join(key)] = now
+        if stale:
+            api = api_for(self.root, root=str(self.course), source_directory=str(self.root / "solutions"),
+                          db_url=sqlite_url(self.course / "gradebook.db"))
+            for student, name in stale:
+                result = api.generate_feedback(name, student, force=True)
+                if not result["success"]:
+                    self.log(f"could not write the feedback of {student}/{name}: {_last_error(result.get('log', ''))}")
+
+    def export(self, keys, problems, notes):
+        """grades.csv from the course's gradebook (what `nbgrader export` writes); the reasons for
+        the submissions that could not be graded, and notes on others, in grading_problems.csv."""
+        gradebook.export(self.course, self.course / "grades.csv")
+        wanted = {"/".join(key) for key in keys}
+        listed = sorted((k.split("/", 1), reason) for k, reason in notes.items() if k in wanted and k not in problems)
         listed = sorted(listed + [(k.split("/", 1), reason) for k, reason in problems.items() if k in wanted])
         _write_csv(self.course / "grading_problems.csv", ["student_id", "assignment", "reason"],
                    [[s, a, reason] for (s, a), reason in listed])
         return self.course / "grades.csv"
 
-    def max_scores(self, names):
-        from nbgrader.api import Gradebook
 
-        out = {}
-        for name, template in self.templates(names).items():
-            with Gradebook(sqlite_url(template)) as gb:
-                out[name] = gb.find_assignment(name).max_score
-        return out
+PROBLEM_PAGE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{assignment}: not graded</title></head>
+<body style="font-family: sans-serif; max-width: 50em; margin: 2em auto">
+<h1>{assignment}: not graded</h1>
+<p>Your submission could not be graded, so it gets 0 points for now:</p>
+<p><strong>{reason}</strong></p>
+<p>Fix this and submit again; ask your instructor if the deadline has passed.</p>
+</body></html>
+"""
 
 
 def _write_csv(dest, header, rows):

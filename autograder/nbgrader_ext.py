@@ -24,14 +24,12 @@ class SandboxedExecute(Execute):
     def preprocess(self, nb, resources=None, km=None):
         from autograder import sandbox, verdict, views
         from autograder.course import find_root
-        from autograder.student_dist import rename
 
         sandboxed = sandbox.enabled()
         sandbox.require()
         root = Path(self.root) if self.root else find_root()
         name = resources["nbgrader"]["notebook"]
         folder = Path(resources["metadata"]["path"])
-        self._rename = rename if sandboxed else None  # the sandbox's helpers are course_lib, as in the student distribution
         self._sandbox = sandbox.Sandbox(views.view(root, name) if sandboxed else None, folder, verdict.cases_for(name),
                                         hide=[root, folder.parents[2] if len(folder.parents) > 2 else folder], sandboxed=sandboxed)
         self._died_in = None
@@ -56,9 +54,6 @@ class SandboxedExecute(Execute):
             if cell.cell_type == "code":
                 cell.outputs = [_error("KernelDied", f"not run: the kernel died in cell {self._died_in + 1}")]
             return cell, self.resources
-        source = cell.source
-        if self._rename and cell.cell_type == "code":
-            cell.source = self._rename(source)
         try:
             return super().preprocess_cell(cell, resources, index)
         except Exception as e:
@@ -70,8 +65,6 @@ class SandboxedExecute(Execute):
             cell.outputs.append(_error("KernelDied", f"the kernel {how} while running this cell (os._exit, a crash, or a resource limit)"))
             self.log.warning("kernel %s in cell %d; the remaining cells are marked as not run", how, index + 1)
             return cell, self.resources
-        finally:
-            cell.source = source
 
 
 class GradeChecks(NbGraderPreprocessor):

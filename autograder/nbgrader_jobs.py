@@ -42,21 +42,25 @@ def generate_assignments(root, names, release_dir, db):
 
 
 def grade(job):
-    """Autograde and write feedback for job['items'] = [[student, assignment, db], ...]."""
-    apis = {}
+    """For job['items'] = [[student, assignment, db], ...]: autograde into the submission's own gradebook
+    `db`, merge the result into the course's gradebook, and write the feedback from there."""
+    import nbformat
+
+    from autograder.gradebook import merge
+    from autograder.results import notebook_results
+
+    course_api = api_for(job["root"], root=job["course"], source_directory=job["source"],
+                         db_url=sqlite_url(Path(job["course"]) / "gradebook.db"))
     for student, assignment, db in job["items"]:
-        if db not in apis:
-            apis[db] = api_for(
-                job["root"],
-                root=job["course"],
-                source_directory=job["source"],
-                db_url=sqlite_url(db),
-            )
-        api = apis[db]
+        api = api_for(job["root"], root=job["course"], source_directory=job["source"], db_url=sqlite_url(db))
         auto = api.autograde(assignment, student, force=True, create=True)
         ok, log = auto["success"], auto.get("log", "") + auto.get("error", "")
         if ok:
-            feedback = api.generate_feedback(assignment, student, force=True)
+            autograded = Path(job["course"]) / "autograded" / student / assignment / f"{assignment}.ipynb"
+            rows = notebook_results(nbformat.read(autograded, as_version=4)) if autograded.exists() else []
+            merge(db, job["course"], assignment, student, {r.exercise: r.reason for r in rows if r.reason})
+            Path(db).unlink()
+            feedback = course_api.generate_feedback(assignment, student, force=True)
             ok = feedback["success"]
             if not ok:
                 log += feedback.get("log", "") + feedback.get("error", "")

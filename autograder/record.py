@@ -6,8 +6,11 @@ with the reference outside the sandbox. Nothing here knows an expected output,
 so nothing the learner's code does here can earn a point its own results do not.
 """
 import base64
+import contextlib
+import functools
 import io
 import os
+import sys
 
 import torch
 
@@ -25,20 +28,50 @@ def grading():
     return bool(os.environ.get(CASES))
 
 
-def outcomes(name, obj):
-    """What `obj` computes on each of exercise `name`'s cases, as plain data."""
+def outcomes(name, obj, namespace=None):
+    """{"outcomes": what `obj` computes on each of exercise `name`'s cases, as plain data,
+    "used": the exercises it uses that it reached through the notebook's names while doing so}."""
     global _exercises
     if _exercises is None:
         _exercises = torch.load(os.environ[CASES], weights_only=False)
     ex = _exercises[name]
-    found = []
-    for blob, grad, weights in ex["cases"]:
-        call = core.restored_call(torch.load(io.BytesIO(blob), weights_only=False))
-        o = core.run_call(ex["kind"], ex["train_mode"], obj, call, grad, weights, core.DEFAULT_TIMEOUT_S, ex["state_after"])
-        found.append(core.outcome_to_plain(o))
-        if isinstance(o.error, (NotImplementedError, core.CheckTimeout)):
-            break  # the comparison stops at such a case too
-    return found
+    found, used = [], set()
+    with watching(vars(sys.modules["__main__"]) if namespace is None else namespace, ex["depends_on"], used):
+        for blob, grad, weights in ex["cases"]:
+            call = core.restored_call(torch.load(io.BytesIO(blob), weights_only=False))
+            o = core.run_call(ex["kind"], ex["train_mode"], obj, call, grad, weights, core.DEFAULT_TIMEOUT_S, ex["state_after"])
+            found.append(core.outcome_to_plain(o))
+            if isinstance(o.error, (NotImplementedError, core.CheckTimeout)):
+                break  # the comparison stops at such a case too
+    return {"outcomes": found, "used": sorted(used)}
+
+
+@contextlib.contextmanager
+def watching(namespace, names, used):
+    """For a while, the notebook's `names` (earlier exercises) note in `used` when they are called."""
+    saved = {n: namespace[n] for n in names if callable(namespace.get(n))}
+    for n, obj in saved.items():
+        namespace[n] = _noting(n, obj, used)
+    try:
+        yield
+    finally:
+        namespace.update(saved)
+
+
+def _noting(name, obj, used):
+    if isinstance(obj, type):
+        def __init__(self, *args, **kwargs):
+            used.add(name)
+            obj.__init__(self, *args, **kwargs)
+
+        return type(obj.__name__, (obj,), {"__init__": __init__, "__module__": obj.__module__})
+
+    @functools.wraps(obj)
+    def noted(*args, **kwargs):
+        used.add(name)
+        return obj(*args, **kwargs)
+
+    return noted
 
 
 def encode(data):

@@ -3,59 +3,40 @@
     DIR/notebooks/NN_name/NN_name.ipynb   the released notebooks
     DIR/autograder/                       the check machinery (api, core, the `check` command),
                                           with autograder/data/NN_name.pt in place of the reference
-    DIR/course_lib/                       the helpers the notebooks import
-    DIR/pyproject.toml, DIR/README.md     `pip install -e DIR`, and how to use it
+    DIR/course_lib/                       what the notebooks import, as in the repository
+    DIR/pyproject.toml, DIR/README.md     `pip install DIR`, and how to use it
 
 Left out: solutions/, solutions_lib (the reference), autograder.assignments (the
 mistake catalogs and every hidden case), and the instructor's commands. Each
 check cell still gives the feedback it gives in the repository on the public
 cases: the release command runs the reference and every catalogued mistake on
 them once and stores the results (autograder.reference_data, which is the
-distribution's `autograder.registry`).
-
-The notebooks import `solutions_lib.<module>`; the distribution renames that
-`course_lib.<module>`, in code and text alike, and builds each module of
-`course_lib` from what the released notebooks import, with what that needs:
-
-- a helper that is no exercise (plotting, dates, tokens, runtime, the data of
-  notebooks 01 and 08) is copied from its solutions_lib module, definitions only;
-- a building block that is an earlier notebook's exercise (notebook 08 trains
-  07's Transformer, 07 uses 06's MultiHeadAttention, ...) comes from
-  autograder.stand_ins: PyTorch-backed pieces with the same interface, not the
-  lesson's code. A notebook needing an exercise without a stand-in is left out
-  of the distribution, with a message.
-
-Graded by the instructor: nbgrader puts the repository's locked cells (the
-setup cell with its imports) back before grading a submission; `for_instructor`
-does the same renaming back for `python -m autograder check`.
+distribution's `autograder.registry`). The grading sandbox shows a kernel the
+same files for one notebook (autograder.views).
 """
 from __future__ import annotations
 
 import ast
-import importlib
 import inspect
 import io
 import pickletools
-import re
 import shutil
 import tempfile
 import textwrap
 import time
 import warnings
 import zipfile
-from collections import defaultdict
 from pathlib import Path
 
 import nbformat
 import torch
 
-from autograder import core, registry, stand_ins
+from autograder import core, registry
 from autograder.course import CourseError, assignments
 from autograder.reference_data import FORMAT
 
 HELPERS = "course_lib"
 REFERENCE = "solutions_lib"
-NOT_SHIPPED = (REFERENCE, "autograder.assignments")
 # autograder modules the checks need in a notebook and on the command line (`check`)
 SHIPPED = ("__init__.py", "__main__.py", "api.py", "core.py", "check_notebook.py", "course.py", "results.py",
            "pytest_plugin.py", "fixtures.py", "reference_data.py", "record.py")
@@ -134,113 +115,6 @@ def _not_shipped_modules(modules):
     return {m for m in modules if m.split(".")[0] == REFERENCE or m.startswith("autograder.assignments")}
 
 
-# ---------------------------------------------------------------- course_lib
-
-
-_IMPORT = re.compile(rf"^\s*from {REFERENCE}\.(\w+) import ([^#]+)")
-
-
-def notebook_imports(nb):
-    """{(module, name)} that a notebook's code imports from solutions_lib."""
-    wanted = set()
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        for line in cell.source.splitlines():
-            if REFERENCE not in line:
-                continue
-            m = _IMPORT.match(line)
-            if not m or "(" in m.group(2):
-                raise ShipError(f"cannot rename the import {line.strip()!r}")
-            wanted |= {(m.group(1), n.split(" as ")[0].strip()) for n in m.group(2).split(",")}
-    return wanted
-
-
-def _module(name):
-    source = inspect.getsource(importlib.import_module(f"{REFERENCE}.{name}"))
-    return source, ast.parse(source)
-
-
-def _bound(stmt):
-    """The top-level names a statement defines."""
-    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return {stmt.name}
-    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-        return {a.asname or a.name.split(".")[0] for a in stmt.names}
-    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
-    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-
-
-def _reference_imports(stmt):
-    found = []
-    for node in ast.walk(stmt):
-        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == REFERENCE for a in node.names):
-            raise ShipError(f"cannot rename `import {node.names[0].name}`")
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == REFERENCE:
-            if "." not in node.module:
-                raise ShipError(f"cannot rename `from {node.module} import ...`")
-            found += [(node.module.split(".", 1)[1], a.name) for a in node.names]
-    return found
-
-
-def plan_helpers(wanted):
-    """{module: {"names": definitions to copy, "stand_ins": names from autograder.stand_ins}}
-    for the (module, name) pairs in `wanted` and everything they use."""
-    exercise_names = {ex.name for ex in registry.all_exercises()}
-    plan = defaultdict(lambda: {"names": set(), "stand_ins": set()})
-    todo = sorted(wanted)
-    while todo:
-        module, name = todo.pop()
-        entry = plan[module]
-        if name in entry["names"] | entry["stand_ins"]:
-            continue
-        if name in stand_ins.__all__:
-            entry["stand_ins"].add(name)
-            continue
-        if name in exercise_names:
-            raise ShipError(f"{REFERENCE}.{module}.{name} is an exercise, and autograder.stand_ins has no stand-in for it")
-        _, tree = _module(module)
-        defined = {n: stmt for stmt in tree.body for n in _bound(stmt)}
-        if name not in defined:
-            raise ShipError(f"{REFERENCE}.{module} defines no {name}")
-        entry["names"].add(name)
-        stmt = defined[name]
-        used = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
-        todo += [(module, n) for n in sorted(used & defined.keys() - {name})] + _reference_imports(stmt)
-    return dict(plan)
-
-
-def helper_source(module, entry):
-    """The text of course_lib/<module>.py."""
-    source, tree = _module(module)
-    lines = source.splitlines()
-    exercise_names = {ex.name for ex in registry.all_exercises()}
-    if any(_bound(stmt) & exercise_names for stmt in tree.body):  # its docstring speaks of the exercises
-        doc = (f"What the notebooks use from the course's `{module}` module, without its exercises.\n\n"
-               "Generated by `python -m autograder release --student-dist`.")
-    else:
-        doc = ast.get_docstring(tree)
-    imports, definitions = [], []
-    for stmt in tree.body:
-        if _bound(stmt) & entry["names"]:
-            start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
-            text = "\n".join(lines[start - 1 : stmt.end_lineno])
-            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-                imports.append(text)
-            else:
-                definitions.append((text, isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))))
-    if entry["stand_ins"]:
-        imports.append(f"from autograder.stand_ins import {', '.join(sorted(entry['stand_ins']))}  # PyTorch-backed, see there")
-    text = f'"""{doc}\n"""\n' + "\n".join(imports)
-    for i, (definition, is_def) in enumerate(definitions):  # functions and classes two lines apart
-        text += ("\n\n\n" if i == 0 or is_def or definitions[i - 1][1] else "\n") + definition
-    return rename(text.rstrip() + "\n")
-
-
-def rename(text, old=REFERENCE, new=HELPERS):
-    return re.sub(rf"\b{old}\b", new, text)
-
-
 # ---------------------------------------------------------------- notebooks
 
 
@@ -254,27 +128,11 @@ def _repository_cells():
 
 
 def student_notebook(nb):
-    """The released notebook with solutions_lib renamed course_lib (the locked cells' checksums follow),
-    without the cells that open or install the repository."""
-    from nbgrader.utils import compute_checksum
-
+    """The released notebook without the cells that open or install the repository, or speak of its
+    commands (tagged "repository-only")."""
     nb = nbformat.from_dict(nb)
-    nb.cells = [cell for cell in nb.cells if cell.get("id") not in _repository_cells()]
-    for cell in nb.cells:
-        cell.source = rename(cell.source)
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if "checksum" in meta:
-            meta["checksum"] = compute_checksum(cell)
-    return nb
-
-
-def for_instructor(nb):
-    """A notebook of the student distribution with its code importing from solutions_lib again,
-    as nbgrader's grading does for the locked cells, for `python -m autograder check` in the repository."""
-    nb = nbformat.from_dict(nb)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.source = rename(cell.source, HELPERS, REFERENCE)
+    nb.cells = [cell for cell in nb.cells if cell.get("id") not in _repository_cells()
+                and "repository-only" not in cell.get("metadata", {}).get("tags", [])]
     return nb
 
 
@@ -356,34 +214,23 @@ def build(root, dest, names=None, force=False, echo=print):
         shutil.rmtree(dest) if dest.is_dir() else dest.unlink()
     names = names or assignments(root)
     echo(f"releasing {len(names)} notebook(s)…")
-    wanted, shipped, notebooks = set(), [], {}
+    write_package(root, dest)
+    shipped = []
     with tempfile.TemporaryDirectory() as tmp:
         release(root, dest=tmp, names=names, examples=False)
         for name in names:
-            nb = nbformat.read(Path(tmp) / name / f"{name}.ipynb", as_version=4)
+            start = time.perf_counter()
             try:
-                imports = notebook_imports(nb)
-                plan_helpers(imports)
+                data = write_data(dest, name)
             except ShipError as e:
                 echo(f"  left out {name}: {e}")
                 continue
-            wanted |= imports
+            out = dest / "notebooks" / name / f"{name}.ipynb"
+            out.parent.mkdir(parents=True)
+            nbformat.write(student_notebook(nbformat.read(Path(tmp) / name / f"{name}.ipynb", as_version=4)), out)
             shipped.append(name)
-            notebooks[name] = student_notebook(nb)
-    write_package(root, dest, plan_helpers(wanted))
-    for name in list(shipped):
-        start = time.perf_counter()
-        try:
-            data = write_data(dest, name)
-        except ShipError as e:
-            echo(f"  left out {name}: {e}")
-            shipped.remove(name)
-            continue
-        out = dest / "notebooks" / name / f"{name}.ipynb"
-        out.parent.mkdir(parents=True)
-        nbformat.write(notebooks[name], out)
-        n_cases = sum(len(ex["cases"]) for ex in data["exercises"])
-        echo(f"  {name}: {len(data['exercises'])} exercises, {n_cases} public cases checked in advance ({time.perf_counter() - start:.1f} s)")
+            n_cases = sum(len(ex["cases"]) for ex in data["exercises"])
+            echo(f"  {name}: {len(data['exercises'])} exercises, {n_cases} public cases checked in advance ({time.perf_counter() - start:.1f} s)")
     found = leaks(dest)
     if found:
         raise CourseError("the student distribution would contain reference code:\n" + "\n".join(f"  {p}: {w}" for p, w in found))
@@ -402,42 +249,35 @@ def write_data(dest, name):
     return data
 
 
-def write_package(root, dest, plan, without=()):
-    """The distribution's code in `dest`: the check machinery and course_lib, as `plan` says;
-    `without` names stand-ins to leave out (the grading sandbox's view of one notebook)."""
+def write_package(root, dest, without=()):
+    """The distribution's code in `dest`: the check machinery, and course_lib as in the repository
+    but for the definitions named in `without` (the grading sandbox's view of one notebook leaves
+    out the building blocks that are that notebook's own exercises)."""
     package = dest / "autograder"
     package.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED:
         shutil.copy(Path(root) / "autograder" / name, package / name)
-    (package / "stand_ins.py").write_text(stand_ins_without(without))
     (package / "registry.py").write_text(
         '"""The exercises of the student distribution: their checks, computed in advance (see reference_data)."""\n'
         "from autograder.reference_data import all_exercises, for_notebook, get  # noqa: F401\n"
     )
-    helpers = dest / HELPERS
-    helpers.mkdir()
-    (helpers / "__init__.py").write_text(
-        '"""What the course\'s notebooks import besides their own code: data, plotting, runtime, and\n'
-        'the earlier notebooks\' building blocks (PyTorch-backed stand-ins, autograder.stand_ins)."""\n'
-    )
-    for module, entry in sorted(plan.items()):
-        text = helper_source(module, entry)
-        compile(text, f"{HELPERS}/{module}.py", "exec")
-        (helpers / f"{module}.py").write_text(text)
+    if not (Path(root) / HELPERS / "__init__.py").is_file():
+        raise ShipError(f"{Path(root) / HELPERS} is missing: the notebooks import it")
+    (dest / HELPERS).mkdir()
+    for path in sorted((Path(root) / HELPERS).glob("*.py")):
+        (dest / HELPERS / path.name).write_text(without_definitions(path.read_text(), without))
     (dest / "pyproject.toml").write_text(PYPROJECT)
     (dest / "README.md").write_text(README)
 
 
-def stand_ins_without(names):
-    """The text of autograder/stand_ins.py without the definitions of `names`."""
-    source = inspect.getsource(stand_ins)
+def without_definitions(source, names):
+    """Python source without its top-level functions and classes named in `names`."""
     lines, drop = source.splitlines(keepends=True), set()
     for stmt in ast.parse(source).body:
-        if _bound(stmt) & set(names) and not isinstance(stmt, (ast.Import, ast.ImportFrom)):
-            start = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+        if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)) and stmt.name in names:
+            start = min([stmt.lineno] + [d.lineno for d in stmt.decorator_list])
             drop |= set(range(start - 1, stmt.end_lineno))
-    kept = "".join(line for i, line in enumerate(lines) if i not in drop)
-    return "".join(line for line in kept.splitlines(keepends=True) if line.strip().strip('",') not in names)
+    return "".join(line for i, line in enumerate(lines) if i not in drop)
 
 
 PYPROJECT = """\

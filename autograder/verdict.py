@@ -10,7 +10,10 @@ alone: nbgrader's SaveAutoGrades then takes the score from them.
 from __future__ import annotations
 
 import base64
+import contextlib
+import dataclasses
 import io
+import sys
 import warnings
 
 import torch
@@ -34,7 +37,8 @@ def cases_for(notebook):
                 blob = io.BytesIO()
                 torch.save(core.portable_call(case.make()), blob)
                 cases.append((blob.getvalue(), case.grad, ref.state_dict() if ref is not None else None))
-            exercises[ex.name] = {"kind": ex.kind, "train_mode": ex.train_mode, "state_after": ex.state_after, "cases": cases}
+            exercises[ex.name] = {"kind": ex.kind, "train_mode": ex.train_mode, "state_after": ex.state_after,
+                                  "depends_on": tuple(ex.depends_on), "cases": cases}
         buf = io.BytesIO()
         torch.save(exercises, buf)
         _cases[notebook] = buf.getvalue()
@@ -42,7 +46,8 @@ def cases_for(notebook):
 
 
 def sent_back(cell):
-    """The outcomes a test cell sent (the last sending counts), or (None, why there are none)."""
+    """(the outcomes a test cell sent, the earlier exercises its code used), the last sending counting;
+    or (None, why there are none)."""
     blobs = [o["data"][MIME] for o in cell.get("outputs", []) if MIME in o.get("data", {})]
     if not blobs:
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
@@ -55,26 +60,91 @@ def sent_back(cell):
         data = torch.load(io.BytesIO(base64.b64decode(blobs[-1], validate=True)), weights_only=True)
     except Exception as e:  # whatever the learner's code wrote there: weights_only runs none of it
         return None, f"its results could not be read ({type(e).__name__})"
-    if not isinstance(data, list):
-        return None, "its results could not be read (not a list)"
-    return [core.outcome_from_plain(d) for d in data], ""
+    if not (isinstance(data, dict) and isinstance(data.get("outcomes"), list) and isinstance(data.get("used"), list)):
+        return None, "its results could not be read (not what a check sends)"
+    return ([core.outcome_from_plain(d) for d in data["outcomes"]], {str(u) for u in data["used"]}), ""
 
 
-def verdict(ex, cell):
-    """(Report or None, reason when None) for exercise `ex` from its test cell's outputs."""
-    outcomes, why = sent_back(cell)
-    if outcomes is None:
+def verdict(ex, cell, earlier=None):
+    """(Report or None, reason when None) for exercise `ex` from its test cell's outputs;
+    `earlier` holds the Reports of the notebook's exercises checked before it."""
+    sent, why = sent_back(cell)
+    if sent is None:
         return None, why
+    outcomes, used = sent
     n = len(ex.cases())
-    outcomes = (outcomes + [core.Outcome(error=RuntimeError("this case was not run"))] * n)[:n]
+    return judge(ex, (outcomes + [core.Outcome(error=RuntimeError("this case was not run"))] * n)[:n], earlier or {}, used), ""
+
+
+def judge(ex, outcomes, earlier, used=()):
+    """The Report of `ex` on the learner's outcomes of its cases. One mistake is charged once: when the
+    learner's `ex` used (`used`) earlier exercises of the notebook that failed with a known mistake, it
+    is also compared with the reference built on those mistakes, and keeps the better score."""
     with warnings.catch_warnings():  # a catalogued mistake may warn; the learner's feedback shows none of it
         warnings.simplefilter("ignore")
-        return core.check_exercise(ex, None, hidden=True, outcomes=outcomes), ""
+        report = core.check_exercise(ex, None, hidden=True, outcomes=outcomes)
+        mistakes = known_mistakes(ex, {name: r for name, r in earlier.items() if name in used or name not in ex.depends_on})
+        if report.fraction < 1 and mistakes:
+            other = core.check_exercise(built_on(ex, mistakes), None, hidden=True, outcomes=outcomes)
+            if other.score > report.score:
+                other.exercise, other.through = ex, tuple(sorted(mistakes))
+                return other
+    return report
+
+
+def known_mistakes(ex, earlier):
+    """{exercise: Mistake} that explain every failure among the exercises `ex` uses, or {} when one has
+    failed in a way no known mistake explains."""
+    found = {}
+    for name in ex.depends_on:
+        report = earlier.get(name)
+        if report is None or report.fraction == 1.0 and not report.through:
+            continue
+        if report.fraction == 1.0:  # right on its own, built on mistakes further back
+            found |= known_mistakes(report.exercise, earlier)
+            continue
+        says = report.failures()[0].diagnosis
+        mistake = next((m for m in report.exercise.mistakes if says and m.says == says), None)
+        if mistake is None:
+            return {}
+        found[name] = mistake
+    return found
+
+
+def built_on(ex, mistakes):
+    """`ex` with the reference's results on each case computed with these mistakes in place of the
+    exercises it uses, from the weights the learner's module started from (an error, too, is a result)."""
+    cases = []
+    for case in ex.cases():
+        ref = core._reference_module(ex, case)
+        weights = ref.state_dict() if ref is not None else None
+        call = case.make()  # the very inputs the learner's code got: made before the mistakes go in
+        with mistakes_in_place(mistakes):
+            want = core.run_call(ex.kind, ex.train_mode, ex.reference, call, case.grad, weights, None, ex.state_after)
+        cases.append(dataclasses.replace(case, expected=want, weights=weights, mistake_outcomes={}))
+    return dataclasses.replace(ex, cases=lambda: cases, mistakes=())
+
+
+@contextlib.contextmanager
+def mistakes_in_place(mistakes):
+    """The reference, for a while, with earlier exercises replaced by these mistakes wherever it uses them."""
+    undo = []
+    for module in [m for name, m in list(sys.modules.items()) if name.split(".")[0] == "solutions_lib" and m]:
+        for name, mistake in mistakes.items():
+            obj = vars(module).get(name)
+            if obj is not None and getattr(obj, "__module__", "").startswith("solutions_lib"):
+                undo.append((module, name, obj))
+                setattr(module, name, mistake.impl)
+    try:
+        yield
+    finally:
+        for module, name, obj in undo:
+            setattr(module, name, obj)
 
 
 def grade_test_cells(nb):
     """Write every check cell's outputs from the grader's own comparison."""
-    passed = {}
+    passed, reports = {}, {}
     for cell in nb.cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         name = meta.get("grade_id", "").removeprefix("check_")
@@ -84,13 +154,13 @@ def grade_test_cells(nb):
             ex = registry.get(name)
         except KeyError:
             continue  # not one of the course's checks: nbgrader grades it as it ran
-        report, why = verdict(ex, cell)
+        report, why = verdict(ex, cell, reports)
         if report is None:
             passed[name] = False
             data = {"exercise": name, "score": 0.0, "points": ex.points, "status": "error", "reason": f"{name}: {why}"}
             lines = [f"✘ {name}: {why}"]
         else:
-            passed[name] = report.fraction == 1.0
+            passed[name], reports[name] = report.fraction == 1.0, report
             lines, reason = explain(report, passed)
             data = result_data(report, reason)
         cell.outputs = [new_output("stream", name="stdout", text="\n".join(lines) + "\n"),

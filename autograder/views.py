@@ -1,9 +1,9 @@
 """What the grading sandbox shows of the course: the student side of one notebook.
 
 `view(root, name)` is a folder holding what `release --student-dist` ships
-for notebook `name` (the check machinery, its public precomputed data, the
-`course_lib` helpers its cells import), less every stand-in that implements
-one of that notebook's own exercises. It is built once per version of the
+for notebook `name` (the check machinery, its public precomputed data,
+`course_lib`), less every building block of course_lib that implements one of
+that notebook's own exercises. It is built once per version of the
 course's code and kept in ROOT/.autograder/views/.
 """
 from __future__ import annotations
@@ -13,7 +13,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import nbformat
 import torch
 
 from autograder import registry, student_dist
@@ -26,7 +25,7 @@ def fingerprint(root, name):
     """Changes whenever anything a notebook's grading depends on does: its source, the course's code, torch."""
     root = Path(root)
     files = [root / "solutions" / name / f"{name}.ipynb", root / "nbgrader_config.py"]
-    files += [p for package in ("autograder", "solutions_lib") for p in (root / package).rglob("*.py")]
+    files += [p for package in ("autograder", "solutions_lib", "course_lib") for p in (root / package).rglob("*.py")]
     return digest(files)[:12] + "-" + torch.__version__.replace("+", "_")
 
 
@@ -55,12 +54,7 @@ def view(root, name):
 
 def build(root, name, dest):
     """Write the student side of notebook `name` into `dest` (an empty folder)."""
-    own = {ex.name for ex in registry.for_notebook(name)}
-    nb = nbformat.read(Path(root) / "solutions" / name / f"{name}.ipynb", as_version=4)
-    plan = student_dist.plan_helpers(student_dist.notebook_imports(nb))
-    if any(own & (entry["names"] | entry["stand_ins"]) for entry in plan.values()):
-        raise student_dist.ShipError(f"{name} imports one of its own exercises from the course's packages")
-    student_dist.write_package(root, Path(dest), plan, without=own)
+    student_dist.write_package(root, Path(dest), without={ex.name for ex in registry.for_notebook(name)})
     student_dist.write_data(dest, name)
     found = student_dist.leaks(dest)
     if found:

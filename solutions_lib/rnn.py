@@ -99,28 +99,3 @@ class SequenceClassifier(nn.Module):
     def forward(self, tokens):
         outputs, _ = self.rnn(self.embed(tokens))  # (B, T, d_h)
         return self.head(outputs[:, -1])
-
-
-# ---------------------------------------------------------------- the long-range task
-
-KEYWORDS = {"battery": "down", "program": "please"}
-FILLER = ["and", "then", "it", "was", "on", "a", "very", "old", "slow", "machine", "that", "we", "used", "all", "day", "long"]
-LONG_RANGE_VOCAB = ["<pad>", "check", "whether", "the", "ran", *KEYWORDS, *FILLER]
-ANSWERS = list(KEYWORDS.values())
-
-
-def long_range_batch(B, distance, generator=None):
-    """Sentences "check whether the KEYWORD <distance filler words> ran" and their last word.
-
-    The answer ("down" after battery, "please" after program) depends only on the
-    keyword, `distance` + 1 words before the end.
-    returns tokens: (B, distance + 5) ids into LONG_RANGE_VOCAB, labels: (B,) ids into ANSWERS
-    """
-    index = {w: i for i, w in enumerate(LONG_RANGE_VOCAB)}
-    labels = torch.randint(0, 2, (B,), generator=generator)
-    keyword_ids = torch.tensor([index[k] for k in KEYWORDS])[labels]
-    filler_ids = torch.tensor([index[w] for w in FILLER])
-    filler = filler_ids[torch.randint(0, len(FILLER), (B, distance), generator=generator)]
-    start = torch.tensor([index["check"], index["whether"], index["the"]]).expand(B, 3)
-    end = torch.full((B, 1), index["ran"])
-    return torch.cat([start, keyword_ids[:, None], filler, end], dim=1), labels

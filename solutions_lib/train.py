@@ -23,21 +23,11 @@ import torch.distributed as dist
 from torch import nn
 from tqdm.auto import tqdm
 
-from solutions_lib.dates import date_splits, date_vocab
-from solutions_lib.runtime import device as default_device
-from solutions_lib.training import (
-    copy_pairs,
-    encode_pairs,
-    exact_match,
-    greedy_decode,
-    init_embeddings,
-    label_smoothed_cross_entropy,
-    letters_vocab,
-    make_masks,
-    reverse_pairs,
-    shift_right,
-    warmup_lr,
-)
+from course_lib.dates import date_splits, date_vocab
+from course_lib.runtime import device as default_device
+from course_lib.tasks import copy_pairs, encode_pairs, letters_vocab, reverse_pairs
+from course_lib.transformer import init_embeddings
+from solutions_lib.training import exact_match, greedy_decode, label_smoothed_cross_entropy, make_masks, shift_right, warmup_lr
 from solutions_lib.transformer import Transformer, sinusoidal_encoding
 
 

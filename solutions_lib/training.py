@@ -9,58 +9,12 @@ The pieces of one training step, in the order they are used:
     lr = warmup_lr(step, d_model, warmup)         the schedule of "Attention Is All You Need"
 
 then greedy_decode and exact_match to measure what the model learned.
-Token ids follow solutions_lib.tokens: <pad> = 0, <bos> = 1, <eos> = 2.
+Token ids follow course_lib.tokens: <pad> = 0, <bos> = 1, <eos> = 2.
 """
 import math
-import random
-import string
 
 import torch
 import torch.nn.functional as F
-
-from solutions_lib.tokens import CharVocab, pad_batch
-
-# ---------------------------------------------------------------- data
-
-
-def copy_pairs(n, seed=0, min_len=3, max_len=12, alphabet=string.ascii_lowercase):
-    """The copy sanity task: n (text, same text) pairs of random letters."""
-    rng = random.Random(seed)
-    texts = ["".join(rng.choices(alphabet, k=rng.randint(min_len, max_len))) for _ in range(n)]
-    return [(t, t) for t in texts]
-
-
-def reverse_pairs(n, seed=0, min_len=3, max_len=12, alphabet=string.ascii_lowercase):
-    """The reverse sanity task: n (text, text reversed) pairs of random letters."""
-    return [(s, s[::-1]) for s, _ in copy_pairs(n, seed, min_len, max_len, alphabet)]
-
-
-def letters_vocab():
-    """A vocabulary for the copy and reverse tasks: the specials and a-z."""
-    return CharVocab(string.ascii_lowercase)
-
-
-def encode_pairs(pairs, vocab):
-    """(source, target) strings -> src (B, T_src) and tgt (B, T_tgt) LongTensors.
-
-    Sources are plain characters; every target ends with <eos>. Both are padded with <pad>.
-    """
-    src, _ = pad_batch([vocab.encode(s) for s, _ in pairs], vocab.pad_id)
-    tgt, _ = pad_batch([vocab.encode(t, eos=True) for _, t in pairs], vocab.pad_id)
-    return src, tgt
-
-
-def init_embeddings(model):
-    """Draw the token embeddings with std d_model^-0.5, in place; returns the model.
-
-    The model multiplies embeddings by sqrt(d_model), so their entries then have
-    unit size, like the sinusoidal positions they are added to. With nn.Embedding's
-    default N(0, 1) the tokens would be sqrt(d_model) times louder than the
-    positions, and a small model confuses the order of digits (1998 -> 1989).
-    """
-    for embedding in {model.src_embed, model.tgt_embed}:
-        torch.nn.init.normal_(embedding.weight, std=model.d_model**-0.5)
-    return model
 
 
 # ---------------------------------------------------------------- one training step
@@ -183,28 +137,3 @@ def exact_match(pred, target, eos_id=2):
         p = p[: p.index(eos_id) + 1] if eos_id in p else p + [None]
         hits += p == t[: t.index(eos_id) + 1]
     return hits / len(pred)
-
-
-def cross_attention(model, src, ys, layer=-1, pad_id=0):
-    """The cross-attention weights of one decoder layer while reading ys.
-
-    src: (B, T_src), ys: (B, T_tgt) with <bos> first (e.g. greedy_decode's output)
-    returns: (B, h, T_tgt, T_src), row t = where the decoder looked to predict token t + 1
-    """
-    captured = {}
-    attn = model.decoder.layers[layer].cross_attn
-
-    def keep_inputs(module, args, kwargs, output):
-        captured["args"] = args
-
-    handle = attn.register_forward_hook(keep_inputs, with_kwargs=True)
-    try:
-        with torch.no_grad():
-            model.eval()
-            src_mask = (src != pad_id).unsqueeze(1)
-            model(src, ys, src_mask)
-            query, key, value, mask = captured["args"][:4]
-            _, weights = attn(query, key, value, mask, need_weights=True)
-    finally:
-        handle.remove()
-    return weights

@@ -27,14 +27,14 @@ def released(tmp_path_factory):
 
 
 def mistake_plan(name):
-    """Submission k gets the k-th catalogued mistake of every exercise of notebook `name`.
+    """One submission of notebook `name` with the first catalogued mistake of every exercise, pasted
+    into its solution cell, for nbgrader to grade (tests/test_verdict.py takes every mistake through
+    the same comparison in this process).
 
     Mistakes are self-contained, so mistakes in different exercises of one
     submission cannot change each other's results.
     """
-    catalogs = [(ex.name, list(ex.mistakes)) for ex in registry.for_notebook(name)]
-    rounds = max((len(ms) for _, ms in catalogs), default=0)
-    return [{ex: ms[k] for ex, ms in catalogs if k < len(ms)} for k in range(rounds)]
+    return [{ex.name: ex.mistakes[0] for ex in registry.for_notebook(name) if ex.mistakes}]
 
 
 @pytest.fixture(scope="session")

@@ -139,7 +139,7 @@ for c in cells:
         exec("".join(c["source"]), globals())
 """,
     "uses_the_stand_ins": """
-from autograder.stand_ins import SelfAttention, causal_mask, padding_mask
+from course_lib.attention import SelfAttention, causal_mask, padding_mask
 """,
     "copies_a_classmate": """
 import glob, json
@@ -328,7 +328,7 @@ def course_code(tmp_path_factory):
     import compileall
 
     root = tmp_path_factory.mktemp("course_code")
-    for folder in ("autograder", "solutions_lib", "solutions"):
+    for folder in ("autograder", "solutions_lib", "course_lib", "solutions"):
         shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "nbgrader_config.py", root)
     compileall.compile_dir(root / "solutions_lib", quiet=1)

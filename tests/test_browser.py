@@ -321,3 +321,32 @@ def test_progress_bars_render_in_jupyterlab(pages, capsys):
     text = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea .widget-hbox").first.text_content()
     assert "training" in text and "3/3" in text, text
     screenshot(page, "progress-bar.png", capsys)
+
+
+@pytest.fixture(scope="module")
+def graded_class(course):
+    """The demo's three students of one notebook, graded by `grade` in the course folder itself."""
+    from autograder.grade import Grader, read_grades
+
+    for student in ("ada_complete", "ben_blank", "cy_two_mistakes"):
+        shutil.copytree(ROOT / "examples" / "submitted" / student / NOTEBOOK, course / "submitted" / student / NOTEBOOK)
+    Grader(course, root=course, log=lambda *a: None).run(jobs=2, progress=False)
+    return {g["student_id"]: float(g["score"]) for g in read_grades(course) if g["assignment"] == NOTEBOOK}
+
+
+def test_the_formgrader_shows_the_grades_of_grade(labs, pages, graded_class, capsys):
+    lab, page = labs["instructor"], pages["instructor"]
+    assert graded_class["ada_complete"] > graded_class["cy_two_mistakes"] > graded_class["ben_blank"] == 0
+    page.goto(f"{lab.url}/formgrader/gradebook/{NOTEBOOK}/{NOTEBOOK}?token={lab.token}")
+    for student in graded_class:  # the names are there, hidden until the instructor reveals them
+        page.wait_for_selector(f"text={student}", state="attached")
+    rows = [" ".join(r.split()) for r in page.locator("tbody tr").all_text_contents()]
+    for student, score in graded_class.items():
+        row = next((r for r in rows if student in r), "")
+        assert row.startswith("Submission #") and f"{student}{score:g} / {sum(ex.points for ex in registry.for_notebook(NOTEBOOK)):g}" in row, (student, row)
+    page.get_by_text("Show All Names").click()
+    page.set_viewport_size({"width": 1400, "height": 500})
+    screenshot(page, "formgrader-grades.png", capsys)
+    page.set_viewport_size({"width": 1400, "height": 2000})
+    page.goto(f"{lab.url}/lab?token={lab.token}")  # back to JupyterLab for the other tests
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.started")

@@ -97,10 +97,12 @@ def test_gradient_norm_by_distance_matches_a_direct_jacobian():
 
 
 def test_sequence_classifier_uses_the_last_step_and_the_task_is_well_formed():
-    tokens, labels = ref.long_range_batch(8, 6, torch.Generator().manual_seed(0))
+    from course_lib import tasks
+
+    tokens, labels = tasks.long_range_batch(8, 6, torch.Generator().manual_seed(0))
     assert tokens.shape == (8, 11) and labels.shape == (8,)
-    keyword = [ref.LONG_RANGE_VOCAB[i] for i in tokens[:, 3].tolist()]
-    assert [ref.KEYWORDS[k] for k in keyword] == [ref.ANSWERS[y] for y in labels.tolist()]
-    model = ref.SequenceClassifier(len(ref.LONG_RANGE_VOCAB), 4, 5, 2, cell="rnn")
+    keyword = [tasks.LONG_RANGE_VOCAB[i] for i in tokens[:, 3].tolist()]
+    assert [tasks.KEYWORDS[k] for k in keyword] == [tasks.ANSWERS[y] for y in labels.tolist()]
+    model = ref.SequenceClassifier(len(tasks.LONG_RANGE_VOCAB), 4, 5, 2, cell="rnn")
     outputs, _ = model.rnn(model.embed(tokens))
     torch.testing.assert_close(model(tokens), model.head(outputs[:, -1]))

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from solutions_lib import seq2seq_attention as sa
-from solutions_lib.dates import FORMATS, date_pairs, date_splits, date_vocab, format_date
-from solutions_lib.tokens import CharVocab, pad_batch
+from course_lib.dates import FORMATS, date_pairs, date_splits, date_vocab, format_date
+from course_lib.tokens import CharVocab, pad_batch
 
 SIZES = [(1, 1, 4), (2, 5, 8), (3, 7, 16)]
 

@@ -5,20 +5,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from solutions_lib.dates import date_vocab
+from course_lib.dates import date_vocab
+from course_lib.tasks import copy_pairs, encode_pairs, letters_vocab, reverse_pairs
 from solutions_lib.train import Config, TorchTransformer, load_checkpoint, save_checkpoint, build_model, build_optimizer
-from solutions_lib.training import (
-    copy_pairs,
-    encode_pairs,
-    exact_match,
-    greedy_decode,
-    label_smoothed_cross_entropy,
-    letters_vocab,
-    make_masks,
-    reverse_pairs,
-    shift_right,
-    warmup_lr,
-)
+from solutions_lib.training import exact_match, greedy_decode, label_smoothed_cross_entropy, make_masks, shift_right, warmup_lr
 from solutions_lib.transformer import Transformer
 
 

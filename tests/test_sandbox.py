@@ -37,7 +37,7 @@ attempt("write /tmp", lambda: open("/tmp/mine.txt", "w").write("ok"))
 attempt("network", lambda: socket.create_connection(("127.0.0.1", int(sys.argv[3])), timeout=3))
 attempt("processes", lambda: sorted(p for p in os.listdir("/proc") if p.isdigit()))
 attempt("uid", lambda: os.getuid())
-attempt("own stand-in", lambda: __import__("autograder.stand_ins", fromlist=["x"]).causal_mask)
+attempt("own stand-in", lambda: __import__("course_lib.attention", fromlist=["x"]).causal_mask)
 attempt("environment", lambda: sorted(os.environ))
 print(json.dumps(found))
 """
@@ -76,9 +76,10 @@ def test_a_notebooks_view_has_the_student_side_and_none_of_its_exercises():
     folder = views.view(ROOT, NAME)
     own = {ex.name for ex in registry.for_notebook(NAME)}
     assert not (folder / "solutions_lib").exists() and not (folder / "autograder" / "assignments").exists()
-    stand_ins = (folder / "autograder" / "stand_ins.py").read_text()
-    assert not [n for n in own if f"def {n}(" in stand_ins or f"class {n}(" in stand_ins]
-    assert "MultiHeadAttention" in stand_ins  # another notebook's building block stays
+    blocks = "".join(p.read_text() for p in (folder / "course_lib").glob("*.py"))
+    assert not [n for n in own if f"def {n}(" in blocks or f"class {n}(" in blocks]
+    assert "class MultiHeadAttention(" in blocks  # another notebook's building block stays
+    assert sorted(p.name for p in (folder / "course_lib").glob("*.py")) == sorted(p.name for p in (ROOT / "course_lib").glob("*.py"))
     assert sorted(p.name for p in (folder / "autograder" / "data").iterdir()) == [f"{NAME}.pt"]
     assert student_dist.leaks(folder) == []
     assert views.view(ROOT, NAME) == folder  # built once

@@ -20,7 +20,11 @@ import solutions_lib.attention as attention
 import solutions_lib.multihead as multihead
 import solutions_lib.positional as positional
 import solutions_lib.transformer as transformer
-from autograder import registry, stand_ins, student_dist
+import course_lib.attention
+import course_lib.multihead
+import course_lib.positional
+import course_lib.transformer
+from autograder import registry, student_dist
 from autograder.__main__ import main
 from autograder.check_notebook import execute
 from autograder.core import check_exercise
@@ -65,12 +69,12 @@ except ImportError:
 
 def test_masks_and_encoding_match_the_reference():
     for T in (1, 4, 7):
-        assert torch.equal(stand_ins.causal_mask(T), attention.causal_mask(T))
+        assert torch.equal(course_lib.attention.causal_mask(T), attention.causal_mask(T))
     lengths = torch.tensor([3, 1, 5])
-    assert torch.equal(stand_ins.padding_mask(lengths, 5), attention.padding_mask(lengths, 5))
-    assert torch.equal(stand_ins.padding_mask(lengths, 6), attention.padding_mask(lengths, 6))
+    assert torch.equal(course_lib.attention.padding_mask(lengths, 5), attention.padding_mask(lengths, 5))
+    assert torch.equal(course_lib.attention.padding_mask(lengths, 6), attention.padding_mask(lengths, 6))
     for T, d, dtype in [(10, 16, torch.float32), (7, 5, torch.float64), (50, 64, torch.float32)]:
-        torch.testing.assert_close(stand_ins.sinusoidal_positional_encoding(T, d, dtype=dtype),
+        torch.testing.assert_close(course_lib.positional.sinusoidal_positional_encoding(T, d, dtype=dtype),
                                    positional.sinusoidal_positional_encoding(T, d, dtype=dtype))
 
 
@@ -79,9 +83,9 @@ def test_attention_stand_ins_match_the_reference_with_the_same_weights():
     x, memory = torch.randn(3, 5, 8, dtype=torch.float64), torch.randn(3, 6, 8, dtype=torch.float64)
     allowed = attention.padding_mask(torch.tensor([6, 2, 4]), 6)
     allowed[1, 0, :] = False  # one sequence with nothing to attend to
-    pairs = [(stand_ins.SelfAttention(8, 4), attention.SelfAttention(8, 4), (x, attention.causal_mask(5))),
-             (stand_ins.MultiHeadAttention(8, 2), multihead.MultiHeadAttention(8, 2), (x, memory, memory, allowed)),
-             (stand_ins.MultiHeadAttention(8, 4), multihead.MultiHeadAttention(8, 4), (x, x, x))]
+    pairs = [(course_lib.attention.SelfAttention(8, 4), attention.SelfAttention(8, 4), (x, attention.causal_mask(5))),
+             (course_lib.multihead.MultiHeadAttention(8, 2), multihead.MultiHeadAttention(8, 2), (x, memory, memory, allowed)),
+             (course_lib.multihead.MultiHeadAttention(8, 4), multihead.MultiHeadAttention(8, 4), (x, x, x))]
     for mine, ref, inputs in pairs:
         mine, ref = mine.double(), ref.double()
         mine.load_state_dict(ref.state_dict())
@@ -93,15 +97,15 @@ def test_attention_stand_ins_match_the_reference_with_the_same_weights():
         ref_grads = torch.autograd.grad(ref_out.sum(), list(ref.parameters()))
         for g, r in zip(grads, ref_grads):
             torch.testing.assert_close(g, r)
-    assert stand_ins.count_parameters(pairs[1][0]) == multihead.count_parameters(pairs[1][1])
+    assert course_lib.multihead.count_parameters(pairs[1][0]) == multihead.count_parameters(pairs[1][1])
 
 
 def test_pytorch_weight_converters_match_the_reference():
     torch.manual_seed(1)
     enc = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
     dec = nn.TransformerDecoderLayer(8, 2, 16, batch_first=True)
-    for mine, ref in [(stand_ins.encoder_layer_state_from_pytorch(enc), transformer.encoder_layer_state_from_pytorch(enc)),
-                      (stand_ins.decoder_layer_state_from_pytorch(dec), transformer.decoder_layer_state_from_pytorch(dec))]:
+    for mine, ref in [(course_lib.transformer.encoder_layer_state_from_pytorch(enc), transformer.encoder_layer_state_from_pytorch(enc)),
+                      (course_lib.transformer.decoder_layer_state_from_pytorch(dec), transformer.decoder_layer_state_from_pytorch(dec))]:
         assert mine.keys() == ref.keys()
         for k in ref:
             assert torch.equal(mine[k], ref[k]), k
@@ -109,7 +113,7 @@ def test_pytorch_weight_converters_match_the_reference():
 
 def test_transformer_stand_in_has_the_course_interface():
     torch.manual_seed(2)
-    model = stand_ins.Transformer(11, 13, d_model=16, h=2, N=2, d_ff=32, dropout=0.0, max_len=20).eval()
+    model = course_lib.transformer.Transformer(11, 13, d_model=16, h=2, N=2, d_ff=32, dropout=0.0, max_len=20).eval()
     src, tgt = torch.randint(3, 11, (2, 6)), torch.randint(3, 13, (2, 5))
     src[1, 4:] = 0
     src_mask = (src != 0).unsqueeze(1)
@@ -122,7 +126,7 @@ def test_transformer_stand_in_has_the_course_interface():
     later[:, 3:] = 4  # the future does not change earlier positions
     torch.testing.assert_close(model(src, later, src_mask)[:, :3], logits[:, :3])
     torch.testing.assert_close(model.decode(model.encode(src, src_mask), tgt, src_mask), logits)
-    weights = stand_ins.cross_attention(model, src, tgt)
+    weights = course_lib.transformer.cross_attention(model, src, tgt)
     assert weights.shape == (2, 2, 5, 6)
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 5))
     assert float(weights[1, ..., 4:].abs().max()) == 0.0
@@ -237,8 +241,8 @@ print(json.dumps(found))
 
 
 def graded_in_repository(nb, folder):
-    path = folder / "for_instructor.ipynb"
-    nbformat.write(student_dist.for_instructor(nb), path)
+    path = folder / "in_the_repository.ipynb"
+    nbformat.write(nb, path)
     return [r.__dict__ for r in notebook_results(execute(path))]
 
 

@@ -67,7 +67,7 @@ def test_the_cases_file_holds_inputs_and_no_expected_output():
     data = torch.load(io.BytesIO(verdict.cases_for("05_self_attention")), weights_only=False)
     assert set(data) == {ex.name for ex in registry.for_notebook("05_self_attention")}
     for name, ex in data.items():
-        assert set(ex) == {"kind", "train_mode", "state_after", "cases"}
+        assert set(ex) == {"kind", "train_mode", "state_after", "depends_on", "cases"}
         assert len(ex["cases"]) == len(registry.get(name).cases())
         for blob, grad, weights in ex["cases"]:
             assert isinstance(blob, bytes) and isinstance(grad, bool)
@@ -122,7 +122,7 @@ def test_forged_results_earn_nothing_and_run_nothing(blob):
 def test_the_last_results_sent_count(grading):
     grading("05_self_attention")
     ex = registry.get("causal_mask")
-    good, bad = sent("causal_mask", ex.reference), blob_of([{"outputs": (torch.zeros(1),), "grads": None}])
+    good, bad = sent("causal_mask", ex.reference), blob_of({"outcomes": [{"outputs": (torch.zeros(1),), "grads": None}], "used": []})
     assert graded(check_cell("causal_mask", good, outputs=[new_output("display_data", data={record.MIME: bad})]))["causal_mask"].score == ex.points
     assert graded(check_cell("causal_mask", bad, outputs=[new_output("display_data", data={record.MIME: good})]))["causal_mask"].score == 0
 
@@ -142,3 +142,59 @@ def test_an_error_comes_back_as_its_kind():
     custom = type("MyOwnError", (Exception,), {})
     back = core.outcome_from_plain(core.outcome_to_plain(core.Outcome(error=custom("mine")))).error
     assert core.describe_error(back) == "MyOwnError: mine"
+
+
+# ---------------------------------------------------------------- one mistake is charged once
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+USED = [(ex, m) for ex in EXERCISES for m in ex.mistakes
+        if any(ex.name in other.depends_on for other in registry.for_notebook(ex.notebook))]
+
+
+def graded_in_process(notebook, code):
+    """The verdicts, as GradeChecks gives them, on a learner whose notebook holds the lesson's code
+    (the reference modules' source) followed by `code`, run in this process."""
+    import importlib
+    import inspect
+
+    from autograder.student_dist import _closed_over
+
+    lessons = [(_closed_over(ex.reference) or [ex.reference])[0] for ex in registry.for_notebook(notebook)]
+    namespace = {"__name__": "__main__"}
+    for module in sorted({obj.__module__ for obj in lessons}):
+        exec(inspect.getsource(importlib.import_module(module)), namespace)
+    exec(code, namespace)
+    reports = {}
+    for ex in registry.for_notebook(notebook):
+        sent = record.outcomes(ex.name, namespace[ex.name], namespace)
+        found = [core.outcome_from_plain(d) for d in sent["outcomes"]]
+        found = (found + [core.Outcome(error=RuntimeError("not run"))] * 99)[:len(ex.cases())]
+        reports[ex.name] = verdict.judge(ex, found, reports, sent["used"])
+    return reports
+
+
+@pytest.mark.parametrize("exercise,mistake", USED, ids=lambda x: x.name)
+def test_a_mistake_in_an_exercise_others_use_is_charged_once(exercise, mistake, grading, monkeypatch):
+    from autograder.release import mistake_source
+
+    grading(exercise.notebook)
+    reports = graded_in_process(exercise.notebook, mistake_source(exercise.name, mistake))
+    assert reports[exercise.name].fraction < 1
+    lost = {name: r.score for name, r in reports.items() if r.fraction < 1}
+    assert list(lost) == [exercise.name], f"also charged: {lost}"
+    for r in reports.values():  # who passed only because the mistake was taken in says so
+        assert not r.through or exercise.name in r.through or set(r.through) & set(r.exercise.depends_on)
+
+
+def test_an_exercise_wrong_on_its_own_is_charged_even_when_an_earlier_one_has_the_same_mistake(grading):
+    # sdpa written without the scaling, not through attention_scores, which has that mistake too:
+    # its result is what the reference built on attention_scores' mistake gives, but it did not use it.
+    from autograder.release import mistake_source
+
+    grading("05_self_attention")
+    scores = next(m for m in registry.get("attention_scores").mistakes if m.name == "unscaled")
+    sdpa = next(m for m in registry.get("scaled_dot_product_attention").mistakes if m.name == "unscaled")
+    code = mistake_source("attention_scores", scores) + "\n\n" + mistake_source("scaled_dot_product_attention", sdpa)
+    reports = graded_in_process("05_self_attention", code)
+    assert reports["attention_scores"].fraction < 1 and reports["scaled_dot_product_attention"].fraction < 1
+    assert reports["scaled_dot_product_attention"].failures()[0].diagnosis == sdpa.says

@@ -22,7 +22,7 @@ import solutions_lib.training as ref
 from autograder.core import Call, Case, Exercise, Mistake
 from autograder.fixtures import CopyModel, LinearWarmup
 from autograder.inputs import Draw, dims
-from autograder.stand_ins import Transformer  # PyTorch-backed: the student distribution stores these cases (autograder.fixtures)
+from course_lib.transformer import Transformer  # PyTorch-backed: the student distribution stores these cases (autograder.fixtures)
 
 NOTEBOOK = "08_training_a_transformer"
 PAD, BOS, EOS = 0, 1, 2

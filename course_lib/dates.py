@@ -71,7 +71,7 @@ def date_splits(n_train, n_test, seed=0, test_fraction=0.2):
 
 def date_vocab():
     """The character vocabulary of the task (sources and targets), the same every time."""
-    from solutions_lib.tokens import CharVocab
+    from course_lib.tokens import CharVocab
 
     year = [datetime.date(2021, 1, 1) + datetime.timedelta(days=i) for i in range(365)]
     texts = [format_date(d, f) for d in year for f in FORMATS] + ["0123456789-"]

@@ -1,0 +1,14 @@
+"""What the notebooks import besides the learner's own code, and the one package of the course
+that ships to students as it is (`python -m autograder release --student-dist`):
+
+- data and tasks generated in code: `dates`, `tasks`, `tokens`;
+- `plotting`, and `runtime` (the device, and the small budget training cells use under grading);
+- the earlier notebooks' building blocks for the later ones: `attention` (05), `multihead` (06),
+  `positional` (04), `transformer` (07, for 08).
+
+The building blocks have the interface of the lesson's pieces (the same arguments, parameter
+names and return values) but are built on PyTorch's own modules and functions, not on the
+lesson's code, so that a learner stuck on one notebook can go on with the next without being
+handed its answers (the reference solutions never ship). tests/test_student_dist.py checks each
+building block against the reference.
+"""

@@ -1,0 +1,129 @@
+"""Notebook 07's model for notebook 08, built from nn.TransformerEncoder / nn.TransformerDecoder, and
+what training and looking inside it need: PyTorch's layer weights under the course's names, the
+embedding initialisation of the recipe, and the cross-attention weights of a decoder layer."""
+import math
+
+import torch
+from torch import nn
+
+from course_lib.attention import causal_mask, hidden_positions
+from course_lib.positional import sinusoidal_positional_encoding
+
+
+def _course_names(mha):
+    w, b = mha.in_proj_weight.detach(), mha.in_proj_bias.detach()
+    d = w.size(1)
+    state = {}
+    for i, name in enumerate(["W_q", "W_k", "W_v"]):
+        state[f"{name}.weight"], state[f"{name}.bias"] = w[i * d : (i + 1) * d].clone(), b[i * d : (i + 1) * d].clone()
+    state["W_o.weight"], state["W_o.bias"] = mha.out_proj.weight.detach().clone(), mha.out_proj.bias.detach().clone()
+    return state
+
+
+def _layer_state(layer, attention):
+    state = {f"{mine}.{k}": v for mine, theirs in attention.items() for k, v in _course_names(getattr(layer, theirs)).items()}
+    for mine, theirs in (("W_1", "linear1"), ("W_2", "linear2")):
+        state |= {f"ffn.{mine}.{k}": v.detach().clone() for k, v in getattr(layer, theirs).state_dict().items()}
+    for i in range(1, len(attention) + 2):
+        norm = getattr(layer, f"norm{i}")
+        state |= {f"norm{i}.gamma": norm.weight.detach().clone(), f"norm{i}.beta": norm.bias.detach().clone()}
+    return state
+
+
+def encoder_layer_state_from_pytorch(layer):
+    """The weights of an nn.TransformerEncoderLayer, named for the course's EncoderLayer."""
+    return _layer_state(layer, {"self_attn": "self_attn"})
+
+
+def decoder_layer_state_from_pytorch(layer):
+    """The weights of an nn.TransformerDecoderLayer, named for the course's DecoderLayer."""
+    return _layer_state(layer, {"self_attn": "self_attn", "cross_attn": "multihead_attn"})
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder of notebook 07 (post-norm, ReLU), built from nn.TransformerEncoder / Decoder.
+
+    Same constructor and methods as the course's model: embeddings scaled by
+    sqrt(d_model) plus the sinusoidal encoding, encode(src, src_mask) -> memory,
+    decode(memory, tgt, src_mask, tgt_mask) -> logits, forward(src, tgt, src_mask, tgt_mask).
+    Masks follow the course (True = allowed); the causal mask is always applied.
+    Submodules: src_embed, tgt_embed, encoder, decoder (PyTorch's), out.
+    """
+
+    def __init__(self, src_vocab, tgt_vocab, d_model=512, h=8, N=6, d_ff=2048, dropout=0.1, max_len=512,
+                 tie_weights=False, share_embeddings=False):
+        super().__init__()
+        self.d_model, self.h = d_model, h
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
+        self.src_embed = self.tgt_embed if share_embeddings else nn.Embedding(src_vocab, d_model)
+        layer = dict(d_model=d_model, nhead=h, dim_feedforward=d_ff, dropout=dropout, batch_first=True)
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer), N, enable_nested_tensor=False)
+        self.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**layer), N)
+        self.out = nn.Linear(d_model, tgt_vocab)
+        if tie_weights or share_embeddings:
+            self.out.weight = self.tgt_embed.weight
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model), persistent=False)
+
+    def embed(self, embedding, tokens):
+        """(B, T) tokens -> (B, T, d_model)."""
+        x = embedding(tokens) * math.sqrt(self.d_model) + self.pe[: tokens.size(1)].to(embedding.weight.dtype)
+        return self.dropout(x)
+
+    def _pytorch_mask(self, allowed, B, T_q, T_k):
+        return None if allowed is None else hidden_positions(allowed, B, self.h, T_q, T_k)[0]
+
+    def encode(self, src, src_mask=None):
+        """(B, T_src) tokens -> memory (B, T_src, d_model)."""
+        B, T = src.shape
+        return self.encoder(self.embed(self.src_embed, src), mask=self._pytorch_mask(src_mask, B, T, T))
+
+    def decode(self, memory, tgt, src_mask=None, tgt_mask=None):
+        """Logits (B, T_tgt, tgt_vocab) for the next token at every target position."""
+        (B, T), T_src = tgt.shape, memory.size(1)
+        allowed = causal_mask(T, device=tgt.device)
+        if tgt_mask is not None:
+            allowed = allowed & tgt_mask
+        x = self.decoder(self.embed(self.tgt_embed, tgt), memory, tgt_mask=self._pytorch_mask(allowed, B, T, T),
+                         memory_mask=self._pytorch_mask(src_mask, B, T, T_src))
+        return self.out(x)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.decode(self.encode(src, src_mask), tgt, src_mask, tgt_mask)
+
+
+def cross_attention(model, src, ys, layer=-1, pad_id=0):
+    """The cross-attention weights of one decoder layer of `model` (a Transformer above) while reading ys.
+
+    src: (B, T_src), ys: (B, T_tgt) with <bos> first
+    returns: (B, h, T_tgt, T_src), row t = where the decoder looked to predict token t + 1
+    """
+    captured = {}
+    attn = model.decoder.layers[layer].multihead_attn
+
+    def keep_inputs(module, args, kwargs, output):
+        captured["args"], captured["mask"] = args, kwargs.get("attn_mask")
+
+    handle = attn.register_forward_hook(keep_inputs, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model.eval()
+            model(src, ys, (src != pad_id).unsqueeze(1))
+            query, key, value = captured["args"][:3]
+            _, weights = attn(query, key, value, attn_mask=captured["mask"], need_weights=True, average_attn_weights=False)
+    finally:
+        handle.remove()
+    return weights
+
+
+def init_embeddings(model):
+    """Draw the token embeddings with std d_model^-0.5, in place; returns the model.
+
+    The model multiplies embeddings by sqrt(d_model), so their entries then have
+    unit size, like the sinusoidal positions they are added to. With nn.Embedding's
+    default N(0, 1) the tokens would be sqrt(d_model) times louder than the
+    positions, and a small model confuses the order of digits (1998 -> 1989).
+    """
+    for embedding in {model.src_embed, model.tgt_embed}:
+        torch.nn.init.normal_(embedding.weight, std=model.d_model**-0.5)
+    return model
