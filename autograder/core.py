@@ -55,11 +55,18 @@ class Case:
 
 @dataclass
 class Mistake:
-    """A known wrong implementation and the sentence that names it."""
+    """A known wrong implementation and the sentence that names it.
+
+    In a catalog, `impl` is an edit of the reference (autograder.mutants) or,
+    for a mistake no small edit expresses, a hand-written function or class;
+    autograder.registry turns an edit into the function it makes and keeps
+    the edit in `edit`.
+    """
 
     name: str
     says: str
     impl: Callable
+    edit: object = None
 
 
 @dataclass

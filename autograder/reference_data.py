@@ -18,8 +18,8 @@ mistakes as (name, sentence) pairs, and its public cases, each with
     weights    for a module exercise, the state dict the learner's module starts from
     mistakes   {mistake name: that mistake's forward-only Outcome}
 
-In the distribution this module is `autograder.registry`: it rebuilds each
-Exercise from that data, with Cases whose `expected`, `weights` and
+autograder.registry reads this data where the catalogs are absent: `load_all`
+rebuilds each Exercise from it, with Cases whose `expected`, `weights` and
 `mistake_outcomes` are set, and autograder.core then compares and names
 mistakes exactly as it does with the reference at hand. Hidden cases are
 never written, so there they do not exist.
@@ -35,8 +35,6 @@ from autograder.core import Case, Exercise, Mistake
 
 DATA = Path(__file__).resolve().parent / "data"
 FORMAT = 1
-
-_exercises = None
 
 
 def load_call(blob):
@@ -59,29 +57,12 @@ def exercise_from(data):
     )
 
 
-def _load():
-    global _exercises
-    if _exercises is None:
-        found = {}
-        for path in sorted(DATA.glob("*.pt")):
-            data = torch.load(path, weights_only=False)
-            if data.get("format") != FORMAT:
-                raise RuntimeError(f"{path} was written by another version of the course; release it again")
-            found |= {ex["name"]: exercise_from(ex) for ex in data["exercises"]}
-        _exercises = found
-    return _exercises
-
-
-def get(name):
-    exercises = _load()
-    if name not in exercises:
-        raise KeyError(f"no exercise named {name!r}; known exercises: {', '.join(sorted(exercises))}")
-    return exercises[name]
-
-
-def all_exercises():
-    return list(_load().values())
-
-
-def for_notebook(notebook):
-    return [ex for ex in _load().values() if ex.notebook == notebook]
+def load_all():
+    """{name: Exercise} for every notebook whose data the distribution ships."""
+    found = {}
+    for path in sorted(DATA.glob("*.pt")):
+        data = torch.load(path, weights_only=False)
+        if data.get("format") != FORMAT:
+            raise RuntimeError(f"{path} was written by another version of the course; release it again")
+        found |= {ex["name"]: exercise_from(ex) for ex in data["exercises"]}
+    return found

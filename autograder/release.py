@@ -1,7 +1,6 @@
 """`python -m autograder release`: notebooks/ and the demo submissions, generated from solutions/."""
 from __future__ import annotations
 
-import inspect
 import re
 import tempfile
 from pathlib import Path
@@ -10,6 +9,7 @@ import nbformat
 
 from autograder import registry
 from autograder.course import CourseError, assignments
+from autograder.mutants import source_of
 from autograder.nbgrader_jobs import generate_assignments
 
 DEMO_STUDENTS = ("ada_complete", "ben_blank", "cy_two_mistakes")
@@ -20,6 +20,8 @@ def release(root, dest=None, names=None, examples=True):
     root = Path(root)
     dest = Path(dest) if dest else root / "notebooks"
     names = names or assignments(root)
+    for name in names:
+        write_points(root, name)
     with tempfile.TemporaryDirectory() as tmp:
         results = generate_assignments(root, names, dest, Path(tmp) / "gradebook.db")
     for name, (ok, log) in results.items():
@@ -31,6 +33,24 @@ def release(root, dest=None, names=None, examples=True):
     return dest
 
 
+def write_points(root, name):
+    """Give each check cell of solutions/NAME the points its catalog declares (nbgrader reads them there)."""
+    path = Path(root) / "solutions" / name / f"{name}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    changed = False
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade") and meta.get("grade_id", "").startswith("check_"):
+            try:
+                points = registry.get(meta["grade_id"].removeprefix("check_")).points
+            except KeyError:
+                continue
+            if meta.get("points") != points:
+                meta["points"], changed = points, True
+    if changed:
+        nbformat.write(nb, path)
+
+
 def solution_code(source):
     """A solution cell's code as a learner would have typed it: without the markers."""
     lines = source.splitlines()
@@ -39,7 +59,7 @@ def solution_code(source):
 
 def mistake_source(exercise_name, mistake):
     """The catalog's wrong implementation, renamed to the exercise, as cell code."""
-    src = inspect.getsource(mistake.impl)
+    src = source_of(mistake.impl)
     name = mistake.impl.__name__
     src, n = re.subn(rf"^(def|class) {re.escape(name)}\b", rf"\1 {exercise_name}", src, count=1, flags=re.M)
     if n != 1:

@@ -10,8 +10,8 @@ Left out: solutions/, solutions_lib (the reference), autograder.assignments (the
 mistake catalogs and every hidden case), and the instructor's commands. Each
 check cell still gives the feedback it gives in the repository on the public
 cases: the release command runs the reference and every catalogued mistake on
-them once and stores the results (autograder.reference_data, which is the
-distribution's `autograder.registry`). The grading sandbox shows a kernel the
+them once and stores the results (autograder.reference_data), which
+autograder.registry reads where the catalogs are absent. The grading sandbox shows a kernel the
 same files for one notebook (autograder.views).
 """
 from __future__ import annotations
@@ -33,13 +33,14 @@ import torch
 
 from autograder import core, registry
 from autograder.course import CourseError, assignments
+from autograder.mutants import source_of
 from autograder.reference_data import FORMAT
 
 HELPERS = "course_lib"
 REFERENCE = "solutions_lib"
 # autograder modules the checks need in a notebook and on the command line (`check`)
 SHIPPED = ("__init__.py", "__main__.py", "api.py", "core.py", "check_notebook.py", "course.py", "results.py",
-           "pytest_plugin.py", "fixtures.py", "reference_data.py", "record.py")
+           "pytest_plugin.py", "fixtures.py", "registry.py", "reference_data.py", "record.py")
 
 
 class ShipError(Exception):
@@ -145,7 +146,7 @@ def reference_sources():
     for ex in registry.all_exercises():
         for what, obj in [("reference", ex.reference)] + [(f"mistake {m.name}", m.impl) for m in ex.mistakes]:
             for o in [obj] + _closed_over(obj):
-                found[f"{ex.name}: {what} ({o.__module__}.{o.__qualname__})"] = inspect.getsource(o)
+                found[f"{ex.name}: {what} ({o.__module__}.{o.__qualname__})"] = source_of(o)
     return found
 
 
@@ -257,10 +258,6 @@ def write_package(root, dest, without=()):
     package.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED:
         shutil.copy(Path(root) / "autograder" / name, package / name)
-    (package / "registry.py").write_text(
-        '"""The exercises of the student distribution: their checks, computed in advance (see reference_data)."""\n'
-        "from autograder.reference_data import all_exercises, for_notebook, get  # noqa: F401\n"
-    )
     if not (Path(root) / HELPERS / "__init__.py").is_file():
         raise ShipError(f"{Path(root) / HELPERS} is missing: the notebooks import it")
     (dest / HELPERS).mkdir()

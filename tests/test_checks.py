@@ -154,14 +154,16 @@ def test_dependency_hint(capsys):
 
 
 @pytest.mark.parametrize("exercise,mistake", MISTAKES, ids=lambda x: x.name)
-def test_mistake_source_is_self_contained(exercise, mistake):
-    # Pasted into a notebook (demo, nbgrader tests), a mistake must not lean on
-    # another exercise's function, or mistakes in one submission would interact.
+def test_mistake_as_cell_code_is_named(exercise, mistake):
+    # Pasted into a notebook (demo, nbgrader tests), a mistake's source runs beside the
+    # other exercises' correct code, as the reference module's namespace holds them.
     import math
+    import sys
 
     from autograder.release import mistake_source
 
     namespace = {"torch": torch, "math": math, "nn": torch.nn, "F": torch.nn.functional}
+    namespace |= vars(sys.modules[getattr(exercise.reference, "__wrapped__", exercise.reference).__module__])
     exec(mistake_source(exercise.name, mistake), namespace)
     report = check_exercise(exercise, namespace[exercise.name], hidden=True)
     assert report.failures() and report.failures()[0].diagnosis == mistake.says

@@ -1,19 +1,10 @@
-"""Checks for notebook 05: scaled dot-product attention.
-
-Each known mistake is a complete wrong implementation, written as a learner
-would write it. The checks name a mistake when its output equals the learner's;
-the repository's tests run every one through its check (mutation tests), also
-pasted into a notebook and graded by nbgrader. So each one is self-contained:
-it uses only torch, math and nn, never another exercise's function.
-"""
-import math
-
+"""Checks for notebook 05: scaled dot-product attention."""
 import torch
-from torch import nn
 
 import solutions_lib as sl
 from autograder.core import Call, Case, Exercise, Mistake
 from autograder.inputs import Draw, dims
+from autograder.mutants import swap
 
 NOTEBOOK = "05_self_attention"
 
@@ -42,18 +33,6 @@ def qkv_cases():
     ]
 
 
-def qkv_same_matrix(x, W_q, W_k, W_v):
-    return x @ W_q, x @ W_q, x @ W_q
-
-
-def qkv_transposed(x, W_q, W_k, W_v):
-    return x @ W_q.T, x @ W_k.T, x @ W_v.T
-
-
-def qkv_wrong_order(x, W_q, W_k, W_v):
-    return x @ W_k, x @ W_q, x @ W_v
-
-
 # ---------------------------------------------------------------- attention_scores
 
 
@@ -73,22 +52,6 @@ def scores_cases():
         _scores_case(13, (2, 3, 4, 8), (2, 3, 5, 8)),
         _scores_case(14, (3, 7, 32), (3, 2, 32), dtype=torch.float64, hidden=True),
     ]
-
-
-def scores_unscaled(q, k):
-    return q @ k.transpose(-2, -1)
-
-
-def scores_divided_by_dk(q, k):
-    return q @ k.transpose(-2, -1) / q.size(-1)
-
-
-def scores_queries_transposed(q, k):
-    return q.transpose(-2, -1) @ k / math.sqrt(q.size(-1))
-
-
-def scores_k_dot_T(q, k):
-    return q @ k.T / math.sqrt(q.size(-1))
 
 
 # ---------------------------------------------------------------- scaled_dot_product_attention
@@ -135,86 +98,6 @@ def sdpa_cases():
     ]
 
 
-def sdpa_unscaled(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return weights @ v, weights
-
-
-def sdpa_divided_by_dk(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / q.size(-1)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return weights @ v, weights
-
-
-def sdpa_softmax_wrong_axis(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-2).nan_to_num(0.0)
-    return weights @ v, weights
-
-
-def sdpa_mask_after_softmax(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)
-    return weights @ v, weights
-
-
-def sdpa_mask_inverted(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return weights @ v, weights
-
-
-def sdpa_masked_with_zero(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, 0.0)
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
-
-
-def sdpa_nan_rows(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
-
-
-def sdpa_large_negative(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, -1e9)
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
-
-
-def sdpa_keys_not_transposed(q, k, v, mask=None):
-    scores = q @ k.T / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return weights @ v, weights
-
-
-def sdpa_returns_weights(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return weights, weights
-
-
 # ---------------------------------------------------------------- masks
 
 
@@ -226,40 +109,12 @@ def causal_cases():
     return [_causal_case(4), _causal_case(1), _causal_case(7), _causal_case(13, hidden=True)]
 
 
-def causal_inverted(T, device=None):
-    return ~torch.ones(T, T, dtype=torch.bool, device=device).tril()
-
-
-def causal_no_diagonal(T, device=None):
-    return torch.ones(T, T, dtype=torch.bool, device=device).tril(-1)
-
-
-def causal_upper(T, device=None):
-    return torch.ones(T, T, dtype=torch.bool, device=device).triu()
-
-
-def causal_float(T, device=None):
-    return torch.ones(T, T, device=device).tril()
-
-
 def _padding_case(lengths, T, hidden=False):
     return Case(f"lengths={lengths}, T={T}", lambda: Call((torch.tensor(lengths), T)), hidden=hidden, grad=False)
 
 
 def padding_cases():
     return [_padding_case([2, 2], 4), _padding_case([3, 5, 1], 5), _padding_case([7, 2, 7, 4], 8, hidden=True)]
-
-
-def padding_off_by_one(lengths, T):
-    return (torch.arange(T)[None, :] <= lengths[:, None]).unsqueeze(1)
-
-
-def padding_inverted(lengths, T):
-    return (torch.arange(T)[None, :] >= lengths[:, None]).unsqueeze(1)
-
-
-def padding_no_query_axis(lengths, T):
-    return torch.arange(T)[None, :] < lengths[:, None]
 
 
 # ---------------------------------------------------------------- SelfAttention
@@ -289,56 +144,13 @@ def self_attention_cases():
     ]
 
 
-class SelfAttentionUnprojectedValues(nn.Module):
-    def __init__(self, d_model, d_k):
-        super().__init__()
-        self.W_q = nn.Linear(d_model, d_k, bias=False)
-        self.W_k = nn.Linear(d_model, d_k, bias=False)
-        self.W_v = nn.Linear(d_model, d_k, bias=False)
-
-    def forward(self, x, mask=None):
-        q, k, v = self.W_q(x), self.W_k(x), x
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-        return weights @ v, weights
-
-
-class SelfAttentionIgnoresMask(nn.Module):
-    def __init__(self, d_model, d_k):
-        super().__init__()
-        self.W_q = nn.Linear(d_model, d_k, bias=False)
-        self.W_k = nn.Linear(d_model, d_k, bias=False)
-        self.W_v = nn.Linear(d_model, d_k, bias=False)
-
-    def forward(self, x, mask=None):
-        q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
-        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
-        return weights @ v, weights
-
-
-class SelfAttentionWithBias(nn.Module):
-    def __init__(self, d_model, d_k):
-        super().__init__()
-        self.W_q = nn.Linear(d_model, d_k)
-        self.W_k = nn.Linear(d_model, d_k)
-        self.W_v = nn.Linear(d_model, d_k)
-
-    def forward(self, x, mask=None):
-        q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-        return weights @ v, weights
-
-
 # ---------------------------------------------------------------- the catalog
 
 UNSCALED = "you did not divide the scores by sqrt(d_k), so they grow with d_k and saturate the softmax."
 BY_DK = "you divided the scores by d_k instead of sqrt(d_k)."
 K_T = "k.T reverses every axis of a batched tensor; use k.transpose(-2, -1) to swap only the last two."
+QKV = "x @ W_q, x @ W_k, x @ W_v"
+MASK_FILL = 'scores = scores.masked_fill(~mask, float("-inf"))'
 
 EXERCISES = [
     Exercise(
@@ -348,9 +160,9 @@ EXERCISES = [
         cases=qkv_cases,
         returns=("queries", "keys", "values"),
         mistakes=[
-            Mistake("same_matrix", "you used W_q for the keys and values too; each of q, k, v has its own matrix.", qkv_same_matrix),
-            Mistake("transposed", "you multiplied by W.T; with W of shape (d_model, d_k) the projection is x @ W.", qkv_transposed),
-            Mistake("wrong_order", "you returned the projections in the wrong order; return q, k, v.", qkv_wrong_order),
+            Mistake("same_matrix", "you used W_q for the keys and values too; each of q, k, v has its own matrix.", swap(QKV, "x @ W_q, x @ W_q, x @ W_q")),
+            Mistake("transposed", "you multiplied by W.T; with W of shape (d_model, d_k) the projection is x @ W.", swap(QKV, "x @ W_q.T, x @ W_k.T, x @ W_v.T")),
+            Mistake("wrong_order", "you returned the projections in the wrong order; return q, k, v.", swap("x @ W_q, x @ W_k", "x @ W_k, x @ W_q")),
         ],
     ),
     Exercise(
@@ -359,10 +171,10 @@ EXERCISES = [
         points=2,
         cases=scores_cases,
         mistakes=[
-            Mistake("unscaled", UNSCALED, scores_unscaled),
-            Mistake("divided_by_dk", BY_DK, scores_divided_by_dk),
-            Mistake("queries_transposed", "you computed q^T k, a (d_k, d_k) matrix; the scores are q k^T, one per (query, key) pair.", scores_queries_transposed),
-            Mistake("k_dot_T", K_T, scores_k_dot_T),
+            Mistake("unscaled", UNSCALED, swap(" / math.sqrt(d_k)", "")),
+            Mistake("divided_by_dk", BY_DK, swap("math.sqrt(d_k)", "d_k")),
+            Mistake("queries_transposed", "you computed q^T k, a (d_k, d_k) matrix; the scores are q k^T, one per (query, key) pair.", swap("q @ k.transpose(-2, -1)", "q.transpose(-2, -1) @ k")),
+            Mistake("k_dot_T", K_T, swap("k.transpose(-2, -1)", "k.T")),
         ],
     ),
     Exercise(
@@ -374,16 +186,18 @@ EXERCISES = [
         depends_on=("attention_scores",),
         returns=("output", "weights"),
         mistakes=[
-            Mistake("unscaled", UNSCALED, sdpa_unscaled),
-            Mistake("divided_by_dk", BY_DK, sdpa_divided_by_dk),
-            Mistake("softmax_wrong_axis", "you took the softmax over the queries (dim=-2); each query's weights over the keys (dim=-1) must sum to 1.", sdpa_softmax_wrong_axis),
-            Mistake("mask_after_softmax", "you applied the mask after the softmax, so the allowed weights no longer sum to 1; fill the scores with -inf before it.", sdpa_mask_after_softmax),
-            Mistake("mask_inverted", "your mask polarity is inverted: True means 'may attend', so fill the scores where the mask is False.", sdpa_mask_inverted),
-            Mistake("masked_with_zero", "you set masked scores to 0 instead of -inf; exp(0) = 1, so masked keys still get weight.", sdpa_masked_with_zero),
-            Mistake("large_negative", "you filled masked scores with a large finite number: a query whose keys are all masked then spreads its weight evenly instead of attending to nothing; use -inf and turn the NaN rows into zeros.", sdpa_large_negative),
-            Mistake("nan_rows", "a query whose keys are all masked gets NaN (softmax of a row of -inf is 0/0); give such rows zero weight, e.g. weights.nan_to_num(0.0).", sdpa_nan_rows),
-            Mistake("keys_not_transposed", K_T, sdpa_keys_not_transposed),
-            Mistake("returns_weights", "you returned the weights where the output belongs; return (weights @ v, weights).", sdpa_returns_weights),
+            Mistake("unscaled", UNSCALED, swap("attention_scores(q, k)", "q @ k.transpose(-2, -1)")),
+            Mistake("divided_by_dk", BY_DK, swap("attention_scores(q, k)", "q @ k.transpose(-2, -1) / q.size(-1)")),
+            Mistake("softmax_wrong_axis", "you took the softmax over the queries (dim=-2); each query's weights over the keys (dim=-1) must sum to 1.", swap("dim=-1", "dim=-2")),
+            Mistake("mask_after_softmax", "you applied the mask after the softmax, so the allowed weights no longer sum to 1; fill the scores with -inf before it.",
+                    swap(f"if mask is not None:\n        {MASK_FILL}\n    ", "") & swap("weights.nan_to_num(0.0)", "weights.masked_fill(~mask, 0.0)")),
+            Mistake("mask_inverted", "your mask polarity is inverted: True means 'may attend', so fill the scores where the mask is False.", swap("masked_fill(~mask", "masked_fill(mask")),
+            Mistake("masked_with_zero", "you set masked scores to 0 instead of -inf; exp(0) = 1, so masked keys still get weight.", swap('float("-inf")', "0.0")),
+            Mistake("large_negative", "you filled masked scores with a large finite number: a query whose keys are all masked then spreads its weight evenly instead of attending to nothing; use -inf and turn the NaN rows into zeros.", swap('float("-inf")', "-1e9")),
+            Mistake("nan_rows", "a query whose keys are all masked gets NaN (softmax of a row of -inf is 0/0); give such rows zero weight, e.g. weights.nan_to_num(0.0).",
+                    swap("    if mask is not None:\n        weights = weights.nan_to_num(0.0)\n", "")),
+            Mistake("keys_not_transposed", K_T, swap("attention_scores(q, k)", "q @ k.T / math.sqrt(q.size(-1))")),
+            Mistake("returns_weights", "you returned the weights where the output belongs; return (weights @ v, weights).", swap("return weights @ v,", "return weights,")),
         ],
     ),
     Exercise(
@@ -392,10 +206,10 @@ EXERCISES = [
         points=1,
         cases=causal_cases,
         mistakes=[
-            Mistake("inverted", "your mask polarity is inverted: True must mark the allowed positions, on and below the diagonal.", causal_inverted),
-            Mistake("no_diagonal", "you left out the diagonal; a position may attend to itself (use tril(), not tril(-1)).", causal_no_diagonal),
-            Mistake("upper", "you kept the upper triangle, which lets each position see the future; keep the lower one.", causal_upper),
-            Mistake("float", "return a bool mask (True = allowed), not a float tensor of 0s and 1s.", causal_float),
+            Mistake("inverted", "your mask polarity is inverted: True must mark the allowed positions, on and below the diagonal.", swap("return torch", "return ~torch")),
+            Mistake("no_diagonal", "you left out the diagonal; a position may attend to itself (use tril(), not tril(-1)).", swap(".tril()", ".tril(-1)")),
+            Mistake("upper", "you kept the upper triangle, which lets each position see the future; keep the lower one.", swap(".tril()", ".triu()")),
+            Mistake("float", "return a bool mask (True = allowed), not a float tensor of 0s and 1s.", swap("dtype=torch.bool, ", "")),
         ],
     ),
     Exercise(
@@ -404,9 +218,10 @@ EXERCISES = [
         points=1,
         cases=padding_cases,
         mistakes=[
-            Mistake("off_by_one", "off by one: a sequence of length L has real tokens at positions 0..L-1 (use <, not <=).", padding_off_by_one),
-            Mistake("inverted", "your mask polarity is inverted: True must mark the real tokens, False the padding.", padding_inverted),
-            Mistake("no_query_axis", "return shape (B, 1, T): without the middle axis the mask lines up with the wrong axes of (B, T_q, T_k).", padding_no_query_axis),
+            Mistake("off_by_one", "off by one: a sequence of length L has real tokens at positions 0..L-1 (use <, not <=).", swap(" < ", " <= ")),
+            Mistake("inverted", "your mask polarity is inverted: True must mark the real tokens, False the padding.", swap(" < ", " >= ")),
+            Mistake("no_query_axis", "return shape (B, 1, T): without the middle axis the mask lines up with the wrong axes of (B, T_q, T_k).",
+                    swap("(positions[None, :] < lengths[:, None]).unsqueeze(1)", "positions[None, :] < lengths[:, None]")),
         ],
     ),
     Exercise(
@@ -419,9 +234,9 @@ EXERCISES = [
         depends_on=("scaled_dot_product_attention",),
         returns=("output", "weights"),
         mistakes=[
-            Mistake("unprojected_values", "you used x itself as the values; project them with W_v.", SelfAttentionUnprojectedValues),
-            Mistake("ignores_mask", "forward ignores its mask; pass it on to scaled_dot_product_attention.", SelfAttentionIgnoresMask),
-            Mistake("bias", "the projections have no bias: use nn.Linear(d_model, d_k, bias=False).", SelfAttentionWithBias),
+            Mistake("unprojected_values", "you used x itself as the values; project them with W_v.", swap("self.W_v(x)", "x")),
+            Mistake("ignores_mask", "forward ignores its mask; pass it on to scaled_dot_product_attention.", swap("(q, k, v, mask)", "(q, k, v)")),
+            Mistake("bias", "the projections have no bias: use nn.Linear(d_model, d_k, bias=False).", swap(", bias=False", "", every=True)),
         ],
     ),
 ]
