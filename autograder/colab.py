@@ -12,8 +12,9 @@ Both commands are idempotent. The cells, at the top of each notebook:
 - a markdown cell with an "Open in Colab" badge for the student notebook;
 - just above the setup cell, a code cell that, on Colab only, installs the
   course's code (`autograder`, `solutions_lib`) from the repository, pinning
-  torch to the build Colab already has so that pip never replaces it. Anywhere
-  else (JupyterLab, Binder, JupyterHub, nbgrader) it does nothing.
+  torch to the build Colab already has so that pip never replaces it, unless
+  that build is older than the oldest the course is tested with (pyproject's
+  floor). Anywhere else (JupyterLab, Binder, JupyterHub, nbgrader) it does nothing.
 """
 from __future__ import annotations
 
@@ -58,18 +59,32 @@ def badge_source(name):
     return f"[![Open In Colab]({COLAB_BADGE})]({colab_url(name)})"
 
 
+def torch_floor():
+    """The oldest torch the course is tested with: pyproject.toml's `torch>=X`."""
+    import tomllib
+
+    with open(Path(__file__).resolve().parent.parent / "pyproject.toml", "rb") as f:
+        deps = tomllib.load(f)["project"]["dependencies"]
+    return next(d.split(">=")[1] for d in deps if d.startswith("torch>="))
+
+
 def install_source():
+    floor = torch_floor()
+    major_minor = tuple(int(n) for n in floor.split(".")[:2])
     return "\n".join([
         "# On Colab only: install the course's code from its repository, keeping Colab's own",
-        "# torch (pinned to the version installed). Anywhere else this cell does nothing.",
+        f"# torch when it is one the course is tested with ({floor} or newer).",
+        "# Anywhere else this cell does nothing.",
         "import sys",
         "",
         'if "google.colab" in sys.modules:',
         "    import importlib.metadata, subprocess",
         "",
-        "    keep_torch = f\"torch=={importlib.metadata.version('torch')}\"",
+        '    installed = importlib.metadata.version("torch")',
+        f'    tested = tuple(int(n) for n in installed.split("+")[0].split(".")[:2]) >= {major_minor}',
+        f'    wanted = f"torch=={{installed}}" if tested else "torch>={floor}"',
         '    subprocess.run([sys.executable, "-m", "pip", "install", "-q",',
-        f'                    "{install_requirement()}", keep_torch], check=True)',
+        f'                    "{install_requirement()}", wanted], check=True)',
     ])
 
 

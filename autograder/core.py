@@ -29,11 +29,12 @@ DEFAULT_TIMEOUT_S = float(os.environ.get("AUTOGRADER_CHECK_TIMEOUT", "60"))
 
 @dataclass
 class Call:
-    """The inputs of one case. For a module, `init` holds the constructor arguments."""
+    """The inputs of one case. For a module, `init` and `init_kwargs` are the constructor's arguments."""
 
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
     init: tuple | None = None
+    init_kwargs: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -230,7 +231,7 @@ def run_call(kind, train_mode, impl, call, grad, weights=None, timeout=DEFAULT_T
     try:
         with time_limit(timeout):
             if kind == "module":
-                fn = impl(*call.init)
+                fn = impl(*call.init, **call.init_kwargs)
                 if weights is not None:
                     load_weights(fn, weights)
                     fn.train(train_mode)
@@ -539,18 +540,19 @@ def _forward_only(case):
     return Case(case.label, case.make, case.part, case.hidden, grad=False)
 
 
-def _reference_module(exercise, case):
+def reference_module(exercise, case):
     if exercise.kind != "module":
         return None
     torch.manual_seed(0)
-    return exercise.reference(*case.make().init)
+    call = case.make()
+    return exercise.reference(*call.init, **call.init_kwargs)
 
 
 def reference_outcome(exercise, case):
     """(the reference's outcome on `case`, the weights a module exercise starts from)."""
     if case.expected is not None:
         return case.expected, case.weights
-    ref_module = _reference_module(exercise, case)
+    ref_module = reference_module(exercise, case)
     want = run(exercise, exercise.reference, case, ref_module)
     if want.error is not None:
         raise RuntimeError(f"the reference failed on case {case.label!r}: {want.error!r}") from want.error
@@ -561,7 +563,7 @@ def mistake_outcome(exercise, mistake, case):
     """What a catalogued mistake computes on `case`, forward only."""
     if case.mistake_outcomes is not None:
         return case.mistake_outcomes[mistake.name]
-    return run(exercise, mistake.impl, _forward_only(case), _reference_module(exercise, case))
+    return run(exercise, mistake.impl, _forward_only(case), reference_module(exercise, case))
 
 
 def diagnose(exercise, failed):

@@ -5,7 +5,7 @@ built by autograder.student_dist) ships neither the reference implementation
 nor the assignment modules with their mistake catalogs and hidden cases. For
 each notebook it ships instead autograder/data/NN_name.pt, a dict
 
-    {"format": 1, "exercises": [exercise, ...]}
+    {"format": 2, "exercises": [exercise, ...]}
 
 where an exercise holds the Exercise's fields (name, points, parts, kind,
 returns, depends_on, train_mode, state_after, notebook), its catalogued
@@ -34,7 +34,7 @@ from autograder import core
 from autograder.core import Case, Exercise, Mistake
 
 DATA = Path(__file__).resolve().parent / "data"
-FORMAT = 1
+FORMAT = 2
 
 
 def load_call(blob):

@@ -17,12 +17,14 @@ same files for one notebook (autograder.views).
 from __future__ import annotations
 
 import ast
+import json
 import inspect
 import io
 import pickletools
 import shutil
 import tempfile
 import textwrap
+import tomllib
 import time
 import warnings
 import zipfile
@@ -145,12 +147,12 @@ def reference_sources():
     found = {}
     for ex in registry.all_exercises():
         for what, obj in [("reference", ex.reference)] + [(f"mistake {m.name}", m.impl) for m in ex.mistakes]:
-            for o in [obj] + _closed_over(obj):
+            for o in [obj] + closed_over(obj):
                 found[f"{ex.name}: {what} ({o.__module__}.{o.__qualname__})"] = source_of(o)
     return found
 
 
-def _closed_over(obj):
+def closed_over(obj):
     """What a factory function wraps (notebook 07's references are the solutions_lib classes, wrapped)."""
     if not inspect.isfunction(obj):
         return []
@@ -263,8 +265,14 @@ def write_package(root, dest, without=()):
     (dest / HELPERS).mkdir()
     for path in sorted((Path(root) / HELPERS).glob("*.py")):
         (dest / HELPERS / path.name).write_text(without_definitions(path.read_text(), without))
-    (dest / "pyproject.toml").write_text(PYPROJECT)
+    (dest / "pyproject.toml").write_text(PYPROJECT.replace("{dependencies}", json.dumps(runtime_dependencies(root))))
     (dest / "README.md").write_text(README)
+
+
+def runtime_dependencies(root):
+    """The course package's own dependencies (pyproject.toml), which the distribution shares."""
+    with open(Path(root) / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]["dependencies"]
 
 
 def without_definitions(source, names):
@@ -286,8 +294,8 @@ build-backend = "setuptools.build_meta"
 name = "seqcourse-student"
 version = "0.1.0"
 description = "Sequence models in PyTorch: the notebooks and their checks"
-requires-python = ">=3.10"
-dependencies = ["torch>=2.1", "numpy", "matplotlib", "tqdm"]
+requires-python = ">=3.11"
+dependencies = {dependencies}
 
 [project.optional-dependencies]
 # for `python -m autograder check NOTEBOOK` (the checks inside a notebook need none of these)

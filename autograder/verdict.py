@@ -33,7 +33,7 @@ def cases_for(notebook):
         for ex in registry.for_notebook(notebook):
             cases = []
             for case in ex.cases():
-                ref = core._reference_module(ex, case)
+                ref = core.reference_module(ex, case)
                 blob = io.BytesIO()
                 torch.save(core.portable_call(case.make()), blob)
                 cases.append((blob.getvalue(), case.grad, ref.state_dict() if ref is not None else None))
@@ -116,7 +116,7 @@ def built_on(ex, mistakes):
     exercises it uses, from the weights the learner's module started from (an error, too, is a result)."""
     cases = []
     for case in ex.cases():
-        ref = core._reference_module(ex, case)
+        ref = core.reference_module(ex, case)
         weights = ref.state_dict() if ref is not None else None
         call = case.make()  # the very inputs the learner's code got: made before the mistakes go in
         with mistakes_in_place(mistakes):

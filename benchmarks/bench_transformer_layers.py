@@ -4,8 +4,9 @@ and full Transformer against PyTorch's modules of the same size, as ratios.
     python benchmarks/bench_transformer_layers.py            # CPU (the course's promise is on CPU)
     python benchmarks/bench_transformer_layers.py --device cuda
 
-Every pair runs in training mode with dropout 0.1 and the same masks; ours uses
-the fused path (need_weights=False), like nn.TransformerEncoderLayer does.
+Every pair runs in training mode with dropout 0.1 and the same masks; ours is
+solutions_lib's modules made fused by solutions_lib.fast.fuse, as training uses
+them, like nn.TransformerEncoderLayer's fast path.
 A ratio below 1 means ours is faster. The last line is the geometric mean of all ratios.
 """
 import argparse
@@ -17,6 +18,7 @@ from torch import nn
 
 from solutions_lib.attention import causal_mask, padding_mask
 from solutions_lib.multihead import MultiHeadAttention
+from solutions_lib.fast import fuse
 from solutions_lib.transformer import DecoderLayer, EncoderLayer, Transformer, sinusoidal_encoding
 
 
@@ -85,17 +87,17 @@ def main():
         allowed = padding_mask(lengths, T)  # (B, 1, T), True = real token
         hidden = ~allowed.squeeze(1)  # PyTorch's key_padding_mask: True = padding
 
-        ours_mha, torch_mha = MultiHeadAttention(d_model, h, 0.1).train(), nn.MultiheadAttention(d_model, h, 0.1, batch_first=True).train()
+        ours_mha, torch_mha = fuse(MultiHeadAttention(d_model, h, 0.1)).train(), nn.MultiheadAttention(d_model, h, 0.1, batch_first=True).train()
         report(f"MultiHeadAttention B={B} T={T} d={d_model} h={h}",
-               lambda: backward(ours_mha(x, x, x, allowed, need_weights=False)[0]),
+               lambda: backward(ours_mha(x, x, x, allowed)[0]),
                lambda: backward(torch_mha(x, x, x, key_padding_mask=hidden, need_weights=False)[0]))
 
-        ours_enc, torch_enc = EncoderLayer(d_model, h, d_ff, 0.1).train(), nn.TransformerEncoderLayer(d_model, h, d_ff, 0.1, batch_first=True).train()
+        ours_enc, torch_enc = fuse(EncoderLayer(d_model, h, d_ff, 0.1)).train(), nn.TransformerEncoderLayer(d_model, h, d_ff, 0.1, batch_first=True).train()
         report(f"EncoderLayer B={B} T={T} d={d_model} h={h}",
                lambda: backward(ours_enc(x, allowed)),
                lambda: backward(torch_enc(x, src_key_padding_mask=hidden)))
 
-        ours_dec, torch_dec = DecoderLayer(d_model, h, d_ff, 0.1).train(), nn.TransformerDecoderLayer(d_model, h, d_ff, 0.1, batch_first=True).train()
+        ours_dec, torch_dec = fuse(DecoderLayer(d_model, h, d_ff, 0.1)).train(), nn.TransformerDecoderLayer(d_model, h, d_ff, 0.1, batch_first=True).train()
         memory = torch.randn(B, T, d_model, requires_grad=True)
         causal = causal_mask(T)
         report(f"DecoderLayer B={B} T={T} d={d_model} h={h}",
@@ -106,7 +108,7 @@ def main():
     vocab, B, T_src, T_tgt, d_model, h, N, d_ff = 40, 64, 30, 12, 128, 4, 2, 512
     src, tgt = torch.randint(0, vocab, (B, T_src)), torch.randint(0, vocab, (B, T_tgt))
     src_allowed = padding_mask(torch.randint(T_src // 2, T_src + 1, (B,)), T_src)
-    ours_model = Transformer(vocab, vocab, d_model, h, N, d_ff, 0.1).train()
+    ours_model = fuse(Transformer(vocab, vocab, d_model=d_model, h=h, d_ff=d_ff, N=N, dropout=0.1)).train()
     torch_model = TorchSeq2Seq(vocab, d_model, h, N, d_ff, 0.1).train()
     loss = nn.CrossEntropyLoss()
     opt_ours, opt_torch = torch.optim.Adam(ours_model.parameters()), torch.optim.Adam(torch_model.parameters())

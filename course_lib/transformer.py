@@ -50,7 +50,7 @@ class Transformer(nn.Module):
     Submodules: src_embed, tgt_embed, encoder, decoder (PyTorch's), out.
     """
 
-    def __init__(self, src_vocab, tgt_vocab, d_model=512, h=8, N=6, d_ff=2048, dropout=0.1, max_len=512,
+    def __init__(self, src_vocab, tgt_vocab, *, d_model=512, h=8, d_ff=2048, N=6, dropout=0.1, max_len=512,
                  tie_weights=False, share_embeddings=False):
         super().__init__()
         self.d_model, self.h = d_model, h

@@ -21,7 +21,7 @@ def qkv_projections(x, W_q, W_k, W_v):
 
 
 def attention_scores(q, k):
-    """Scaled similarity of every query with every key.
+    """Scaled similarity of every query with every key: q k^T / sqrt(d_k).
 
     q: (..., T_q, d_k), k: (..., T_k, d_k) -> scores: (..., T_q, T_k)
     """
@@ -68,9 +68,9 @@ def padding_mask(lengths, T):
 
 
 class SelfAttention(nn.Module):
-    """Single-head self-attention with learned projections W_q, W_k, W_v.
+    """Single-head self-attention with learned projections W_q, W_k, W_v (no bias).
 
-    x: (B, T, d_model), mask: bool broadcastable to (B, T, T)
+    x: (B, T, d_model), mask: bool broadcastable to (B, T, T), True = allowed
     returns output: (B, T, d_k) and weights: (B, T, T)
     """
 

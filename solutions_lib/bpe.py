@@ -37,8 +37,9 @@ def text_to_words(text):
 def pair_counts(words):
     """How often each adjacent pair of ids occurs, inside words only.
 
-    words: list of lists of ids (one list per word)
-    returns: dict {(a, b): count}; "aaa" holds the pair (a, a) twice.
+    words: list of lists of ids, one list per word, e.g. [[108, 111, 119], [32, 108, 111]]
+    returns: dict {(a, b): count}; "aaa" holds the pair (a, a) twice, and the last id
+    of a word never pairs with the first of the next.
     """
     counts = {}
     for ids in words:
@@ -50,8 +51,9 @@ def pair_counts(words):
 def merge_pair(ids, pair, new_id):
     """Replace every occurrence of `pair` in `ids` by `new_id`, scanning left to right.
 
-    ids: list of ids; pair: (a, b); returns a new list. An occurrence that overlaps
-    one already merged is skipped: merging (a, a) in [a, a, a] gives [new_id, a].
+    ids: list of ids; pair: (a, b); new_id: int
+    returns: a new list. An occurrence that overlaps one already merged is skipped:
+    merge_pair([97, 97, 97], (97, 97), 256) == [256, 97]
     """
     out, i = [], 0
     while i < len(ids):
@@ -65,13 +67,15 @@ def merge_pair(ids, pair, new_id):
 
 
 def most_frequent_pair(counts):
-    """The pair with the highest count; among ties, the smallest pair (a, b)."""
+    """The pair train_bpe merges next: the highest count; among ties, the smallest pair (a, b)."""
     return min(counts, key=lambda pair: (-counts[pair], pair))
 
 
 def train_bpe(text, vocab_size):
     """Learn vocab_size - 256 merges from `text` (fewer if no pair is left).
 
+    Pairs are counted and merged inside the words of split_words(text) only.
+    Each step merges the most frequent pair; ties go to the smallest pair (a, b).
     returns merges: list of pairs (a, b); merges[k] creates the token 256 + k.
     """
     words = text_to_words(text)
@@ -80,37 +84,34 @@ def train_bpe(text, vocab_size):
         counts = pair_counts(words)
         if not counts:
             break
-        pair = most_frequent_pair(counts)
+        pair = min(counts, key=lambda p: (-counts[p], p))
         new_id = N_BYTES + len(merges)
         words = [merge_pair(ids, pair, new_id) for ids in words]
         merges.append(pair)
     return merges
 
 
-def encode_word(ids, ranks):
-    """Apply the merges to one word: always the earliest learned pair first.
-
-    ids: list of byte ids; ranks: {pair: new_id}; returns the list of token ids.
-    """
-    while len(ids) > 1:
-        pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, float("inf")))
-        if pair not in ranks:
-            break
-        ids = merge_pair(ids, pair, ranks[pair])
-    return ids
-
-
 def encode(text, merges):
-    """Token ids of `text`: its UTF-8 bytes with the merges applied in the order learned.
+    """Token ids of `text`: the UTF-8 bytes of each word of split_words(text),
+    with the merges applied in the order they were learned.
 
+    merges: list of pairs; merges[k] = (a, b) creates the token 256 + k
     returns: list of ints in 0 .. 256 + len(merges) - 1
     """
-    ranks = {pair: N_BYTES + k for k, pair in enumerate(merges)}
-    return [t for ids in text_to_words(text) for t in encode_word(ids, ranks)]
+    ranks = {pair: N_BYTES + k for k, pair in enumerate(merges)}  # pair -> its new id; lower = learned earlier
+    out = []
+    for ids in text_to_words(text):
+        while len(ids) > 1:  # merge the earliest learned pair of the word, until none is left
+            pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, float("inf")))
+            if pair not in ranks:
+                break
+            ids = merge_pair(ids, pair, ranks[pair])
+        out.extend(ids)
+    return out
 
 
 def token_bytes(merges):
-    """The bytes each token stands for: {id: bytes}, for the 256 bytes and every merge."""
+    """The bytes each token stands for, as decode builds them: {id: bytes}, for the 256 bytes and every merge."""
     vocab = {i: bytes([i]) for i in range(N_BYTES)}
     for k, (a, b) in enumerate(merges):
         vocab[N_BYTES + k] = vocab[a] + vocab[b]
@@ -118,10 +119,13 @@ def token_bytes(merges):
 
 
 def decode(ids, merges):
-    """The text behind token ids: join their bytes, then decode the bytes once as UTF-8.
+    """The text behind token ids: join the bytes of all tokens, then decode them once as UTF-8.
 
-    Bytes that are not valid UTF-8 (possible only for ids that encode did not
-    produce) become the replacement character U+FFFD.
+    ids: list of ints; merges: list of pairs, merges[k] = (a, b) creates the token 256 + k
+    returns: str; bytes that are not valid UTF-8 (only ids that encode did not produce
+    can give them) become U+FFFD (errors="replace").
     """
-    vocab = token_bytes(merges)
+    vocab = {i: bytes([i]) for i in range(N_BYTES)}
+    for k, (a, b) in enumerate(merges):
+        vocab[N_BYTES + k] = vocab[a] + vocab[b]
     return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")

@@ -5,13 +5,13 @@
 
 The h heads are computed at once: one (d_model, d_model) projection per role,
 whose output is split into h slices of width d_k = d_model / h.
-Masks are boolean and True where attention is allowed.
+Masks are boolean and True where attention is allowed. solutions_lib.fast has
+the same module with PyTorch's fused kernels, for training.
 """
-import torch
-import torch.nn.functional as F
-from torch import nn
+import math
 
-from solutions_lib.attention import scaled_dot_product_attention
+import torch
+from torch import nn
 
 
 def split_heads(x, h):
@@ -36,61 +36,42 @@ def merge_heads(x):
 class MultiHeadAttention(nn.Module):
     """h scaled dot-product attention heads side by side, then the projection W_o.
 
-    Parameters: W_q, W_k, W_v, W_o, each nn.Linear(d_model, d_model) (with bias,
-    like nn.MultiheadAttention).
-
+    Layers: W_q, W_k, W_v, W_o, each nn.Linear(d_model, d_model) with bias (as in nn.MultiheadAttention);
+    dropout: nn.Dropout(dropout) on the attention weights, active in training mode only.
     query: (B, T_q, d_model); key, value: (B, T_k, d_model)
-    mask: bool, broadcastable to (B, T_q, T_k), True = allowed; it is shared by all heads
-    returns output: (B, T_q, d_model) and weights: (B, h, T_q, T_k), or None when
-    need_weights=False, which uses PyTorch's fused attention (faster, same result).
+    mask: bool, broadcastable to (B, T_q, T_k), True = allowed; shared by all heads
+    returns output: (B, T_q, d_model) and weights: (B, h, T_q, T_k), taken before dropout
     """
 
-    def __init__(self, d_model, h, dropout=0.0, bias=True):
+    def __init__(self, d_model, h, dropout=0.0):
         super().__init__()
         assert d_model % h == 0, "d_model must be a multiple of h"
-        self.h, self.d_k, self.dropout = h, d_model // h, dropout
-        self.W_q = nn.Linear(d_model, d_model, bias=bias)
-        self.W_k = nn.Linear(d_model, d_model, bias=bias)
-        self.W_v = nn.Linear(d_model, d_model, bias=bias)
-        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        self.h, self.d_k = h, d_model // h
+        self.W_q = nn.Linear(d_model, d_model)
+        self.W_k = nn.Linear(d_model, d_model)
+        self.W_v = nn.Linear(d_model, d_model)
+        self.W_o = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
 
-    def forward(self, query, key, value, mask=None, need_weights=True):
-        q, k, v = self._project(query, key, value)
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.W_q(query), self.h)
+        k = split_heads(self.W_k(key), self.h)
+        v = split_heads(self.W_v(value), self.h)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
         if mask is not None:
-            mask = mask.unsqueeze(-3)  # (B, 1, T_q, T_k): the same mask for every head
-        p = self.dropout if self.training else 0.0
-        if need_weights:
-            out, weights = scaled_dot_product_attention(q, k, v, mask)
-            if p > 0:  # dropout on the weights, as in the fused path
-                weights = F.dropout(weights, p)
-                out = weights @ v
-        else:
-            out, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
-        return self.W_o(merge_heads(out)), weights
-
-    def _project(self, query, key, value):
-        """Queries, keys and values, split into heads: (B, h, T, d_k) each."""
-        if query is key and key is value and self.W_q.bias is not None:
-            # self-attention: one matrix product for the three projections
-            W = torch.cat([self.W_q.weight, self.W_k.weight, self.W_v.weight])
-            b = torch.cat([self.W_q.bias, self.W_k.bias, self.W_v.bias])
-            q, k, v = F.linear(query, W, b).chunk(3, dim=-1)
-        elif key is value and self.W_k.bias is not None:
-            # cross-attention: keys and values come from the same memory
-            W = torch.cat([self.W_k.weight, self.W_v.weight])
-            b = torch.cat([self.W_k.bias, self.W_v.bias])
-            q, (k, v) = self.W_q(query), F.linear(key, W, b).chunk(2, dim=-1)
-        else:
-            q, k, v = self.W_q(query), self.W_k(key), self.W_v(value)
-        return split_heads(q, self.h), split_heads(k, self.h), split_heads(v, self.h)
+            scores = scores.masked_fill(~mask.unsqueeze(-3), float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        if mask is not None:
+            weights = weights.nan_to_num(0.0)
+        return self.W_o(merge_heads(self.dropout(weights) @ v)), weights
 
 
 def mha_state_from_pytorch(mha):
     """The weights of an nn.MultiheadAttention, named for MultiHeadAttention.
 
-    nn.MultiheadAttention stacks W_q, W_k, W_v (in that order) into
-    in_proj_weight (3 d_model, d_model) and in_proj_bias (3 d_model,).
-    returns {"W_q.weight": (d_model, d_model), "W_q.bias": (d_model,), ..., "W_o.bias": ...}
+    mha.in_proj_weight: (3 d_model, d_model), W_q, W_k, W_v stacked in that order
+    mha.in_proj_bias: (3 d_model,); mha.out_proj: nn.Linear(d_model, d_model)
+    returns {"W_q.weight": (d_model, d_model), "W_q.bias": (d_model,), ..., "W_o.bias": (d_model,)}
     """
     state = {}
     weights = mha.in_proj_weight.chunk(3, dim=0)

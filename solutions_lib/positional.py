@@ -10,20 +10,16 @@ import torch
 from torch import nn
 
 
-def frequencies(d_model, base=10000.0, dtype=torch.float32):
-    """w_i = base^(-2i / d_model) for i = 0 .. ceil(d_model / 2) - 1."""
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
-    return (base ** (-two_i / d_model)).to(dtype)
-
-
 def sinusoidal_positional_encoding(T, d_model, base=10000.0, dtype=torch.float32):
     """The sinusoidal encoding of positions 0 .. T-1.
 
-    returns pe: (T, d_model); even columns hold sines, odd columns cosines.
-    With an odd d_model the last column is a sine without its cosine.
+    PE(pos, 2i) = sin(pos / base^(2i / d_model)), PE(pos, 2i+1) = cos(pos / base^(2i / d_model));
+    with an odd d_model the last column is a sine without its cosine.
+    returns pe: (T, d_model) of the given dtype
     """
     positions = torch.arange(T, dtype=torch.float64).unsqueeze(1)  # (T, 1)
-    angles = positions * frequencies(d_model, base, torch.float64)  # (T, ceil(d_model / 2))
+    frequencies = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (ceil(d_model / 2),)
+    angles = positions * frequencies  # (T, ceil(d_model / 2))
     pe = torch.zeros(T, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(angles)
     pe[:, 1::2] = torch.cos(angles[:, : d_model // 2])
@@ -47,16 +43,15 @@ class PositionalEncoding(nn.Module):
 
 
 def shift_matrix(k, d_model, base=10000.0, dtype=torch.float32):
-    """The matrix M_k with PE(pos + k) = PE(pos) @ M_k for every pos (rows are encodings).
+    """The matrix M_k with PE(pos + k) = PE(pos) @ M_k for every position pos.
 
-    Pair i of the encoding, (sin(pos w_i), cos(pos w_i)), turns by the angle k w_i:
-    M_k is block diagonal with the 2x2 blocks [[cos k w_i, -sin k w_i], [sin k w_i, cos k w_i]].
-    d_model must be even (an odd last sine has no cosine to turn with).
-    returns M_k: (d_model, d_model)
+    d_model must be even. M_k is block diagonal: block i (rows and columns 2i, 2i+1) is
+    [[cos(k w_i), -sin(k w_i)], [sin(k w_i), cos(k w_i)]] with w_i = 1 / base^(2i / d_model)
+    returns M_k: (d_model, d_model) of the given dtype
     """
     if d_model % 2:
         raise ValueError("a shift is a linear map of the encoding only for an even d_model")
-    angle = k * frequencies(d_model, base, torch.float64)  # (d_model / 2,)
+    angle = k * base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d_model / 2,)
     cos, sin = torch.cos(angle), torch.sin(angle)
     M = torch.zeros(d_model, d_model, dtype=torch.float64)
     even, odd = torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)
@@ -68,7 +63,7 @@ def shift_matrix(k, d_model, base=10000.0, dtype=torch.float32):
 class LearnedPositionalEmbedding(nn.Module):
     """A trained vector per position, added to the token embeddings.
 
-    embedding = nn.Embedding(max_len, d_model)
+    self.embedding = nn.Embedding(max_len, d_model)
     x: (B, T, d_model) with T <= max_len -> x + embedding(0 .. T-1): (B, T, d_model)
     """
 
@@ -84,7 +79,7 @@ class LearnedPositionalEmbedding(nn.Module):
 def permutation_gap(f, x, perm):
     """How far f is from permutation-equivariant on x, for one permutation.
 
-    f maps (B, T, d) to (B, T, d_out); perm: LongTensor (T,), a permutation of 0..T-1.
+    f maps (B, T, d) to (B, T, d_out); x: (B, T, d); perm: LongTensor (T,), a permutation of 0..T-1.
     f is permutation-equivariant when permuting its input positions permutes its
     output the same way: f(x[:, perm]) == f(x)[:, perm].
     returns the largest |f(x[:, perm]) - f(x)[:, perm]|, a Python float

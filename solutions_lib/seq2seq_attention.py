@@ -16,19 +16,26 @@ from torch import nn
 
 
 def dot_score(s, h):
-    """e_i = s . h_i (needs d_s = d_h)."""
+    """Dot-product score e_i = s . h_i (needs d_s = d_h).
+
+    s: (B, d_h), h: (B, T, d_h) -> scores: (B, T)
+    """
     return (h @ s.unsqueeze(-1)).squeeze(-1)
 
 
 def scaled_dot_score(s, h):
-    """e_i = s . h_i / sqrt(d_h)."""
+    """Scaled dot-product score e_i = s . h_i / sqrt(d_h).
+
+    s: (B, d_h), h: (B, T, d_h) -> scores: (B, T)
+    """
     return dot_score(s, h) / math.sqrt(h.size(-1))
 
 
 class GeneralScore(nn.Module):
     """Multiplicative ("general") score e_i = s^T W h_i, with W: (d_s, d_h).
 
-    W is stored as self.W = nn.Linear(d_h, d_s, bias=False), so self.W(h_i) = W h_i.
+    self.W = nn.Linear(d_h, d_s, bias=False), so self.W(h_i) = W h_i
+    s: (B, d_s), h: (B, T, d_h) -> scores: (B, T)
     """
 
     def __init__(self, d_s, d_h):
@@ -42,7 +49,9 @@ class GeneralScore(nn.Module):
 class AdditiveScore(nn.Module):
     """Additive (Bahdanau) score e_i = v^T tanh(W1 h_i + W2 s).
 
-    W1: nn.Linear(d_h, d_a), W2: nn.Linear(d_s, d_a), v: nn.Linear(d_a, 1), none with bias.
+    self.W1 = nn.Linear(d_h, d_a, bias=False), self.W2 = nn.Linear(d_s, d_a, bias=False),
+    self.v = nn.Linear(d_a, 1, bias=False)
+    s: (B, d_s), h: (B, T, d_h) -> scores: (B, T)
     """
 
     def __init__(self, d_s, d_h, d_a):
@@ -57,8 +66,9 @@ class AdditiveScore(nn.Module):
 
 
 def cosine_score(s, h, eps=1e-8):
-    """Content-based score e_i = cos(s, h_i) = s . h_i / (|s| |h_i|), in [-1, 1].
+    """Content-based score e_i = cos(s, h_i) = s . h_i / (|s| |h_i|).
 
+    s: (B, d_h), h: (B, T, d_h) -> scores: (B, T), in [-1, 1]
     Each norm is clamped to at least eps, so a zero vector scores 0, not NaN.
     """
     s = s / s.norm(dim=-1, keepdim=True).clamp_min(eps)
@@ -67,10 +77,11 @@ def cosine_score(s, h, eps=1e-8):
 
 
 class LocationScore(nn.Module):
-    """Location-based score e = W s: one score per source position, from s alone.
+    """Location-based score e = W s, one score per source position, from s alone.
 
-    W: nn.Linear(d_s, max_len, bias=False); sources longer than max_len cannot be scored.
-    Only the first T scores are kept, T = h.size(1); h is used for its length only.
+    self.W = nn.Linear(d_s, max_len, bias=False)
+    s: (B, d_s), h: (B, T, d_h) with T <= max_len -> scores: (B, T), the first T of W s
+    h is used for its length only.
     """
 
     def __init__(self, d_s, max_len):
@@ -88,7 +99,7 @@ def attention_weights(scores, mask=None):
     """Softmax of the scores over the source positions.
 
     scores: (B, T); mask: bool (B, T), True at the positions that may be attended to
-    returns alpha: (B, T), each row sums to 1 and is 0 where the mask is False
+    returns alpha: (B, T); each row sums to 1 and is 0 where the mask is False
     """
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -96,7 +107,7 @@ def attention_weights(scores, mask=None):
 
 
 def context_vector(alpha, h):
-    """a = sum_i alpha_i h_i.
+    """The weighted average of the encoder states, a = sum_i alpha_i h_i.
 
     alpha: (B, T), h: (B, T, d_h) -> a: (B, d_h)
     """
@@ -109,11 +120,10 @@ def context_vector(alpha, h):
 class AttentionDecoderStep(nn.Module):
     """One step of a GRU decoder with additive attention over the encoder states.
 
-    Submodules: embedding = nn.Embedding(vocab_size, d_emb),
-    cell = nn.GRUCell(d_emb, d_h), attention = AdditiveScore(d_h, d_h, d_h),
-    out = nn.Linear(2 * d_h, vocab_size).
+    self.embedding = nn.Embedding(vocab_size, d_emb), self.cell = nn.GRUCell(d_emb, d_h),
+    self.attention = AdditiveScore(d_h, d_h, d_h), self.out = nn.Linear(2 * d_h, vocab_size)
 
-    y_prev: (B,) previous output token ids; s_prev: (B, d_h) previous decoder state
+    y_prev: (B,) previous output ids; s_prev: (B, d_h) previous state
     h: (B, T, d_h) encoder states; mask: bool (B, T), True at real source tokens
     returns logits: (B, vocab_size), s: (B, d_h) the new state, alpha: (B, T)
     """
@@ -133,16 +143,11 @@ class AttentionDecoderStep(nn.Module):
 
 
 class Seq2SeqAttention(nn.Module):
-    """A GRU encoder and an attention decoder, trained with teacher forcing.
+    """A GRU encoder and an attention decoder, trained with teacher forcing. Token 0 is padding.
 
-    Submodules: embedding = nn.Embedding(vocab_size, d_emb) for the source,
-    encoder = nn.GRU(d_emb, d_h, batch_first=True),
-    decoder = AttentionDecoderStep(vocab_size, d_emb, d_h).
-    Token id 0 is padding.
-
-    src: (B, T_src) source ids, padded with 0 at the end
-    tgt_in: (B, T_out) decoder inputs: <bos> then the target shifted right
-    returns logits: (B, T_out, vocab_size) and alpha: (B, T_out, T_src)
+    self.embedding = nn.Embedding(vocab_size, d_emb) (the source's),
+    self.encoder = nn.GRU(d_emb, d_h, batch_first=True),
+    self.decoder = AttentionDecoderStep(vocab_size, d_emb, d_h)
     """
 
     def __init__(self, vocab_size, d_emb, d_h):
@@ -152,7 +157,10 @@ class Seq2SeqAttention(nn.Module):
         self.decoder = AttentionDecoderStep(vocab_size, d_emb, d_h)
 
     def encode(self, src):
-        """src: (B, T_src) -> h: (B, T_src, d_h), s0: (B, d_h), mask: (B, T_src)"""
+        """src: (B, T_src), padded with 0 at the end
+        returns h: (B, T_src, d_h), s0: (B, d_h) the state at each last real token,
+        mask: bool (B, T_src), True at the real tokens
+        """
         mask = src != 0
         h, _ = self.encoder(self.embedding(src))
         last = mask.sum(dim=1) - 1  # the last real token of each source
@@ -160,6 +168,9 @@ class Seq2SeqAttention(nn.Module):
         return h, s0, mask
 
     def forward(self, src, tgt_in):
+        """src: (B, T_src); tgt_in: (B, T_out), <bos> then the target
+        returns logits: (B, T_out, vocab_size) and alpha: (B, T_out, T_src)
+        """
         h, s, mask = self.encode(src)
         logits, alphas = [], []
         for t in range(tgt_in.size(1)):
@@ -170,20 +181,26 @@ class Seq2SeqAttention(nn.Module):
 
 
 @torch.no_grad()
-def greedy_decode(model, src, bos_id, eos_id, max_len):
-    """Decode a batch with a trained Seq2SeqAttention, taking the likeliest token each step.
+def greedy_decode(model, src, max_len, bos_id=1, eos_id=2, pad_id=0):
+    """Decode a batch with a trained Seq2SeqAttention, always taking the most likely next token.
 
-    src: (B, T_src) -> ids: (B, max_len) (after an <eos>, the rest is <eos> too),
-    alpha: (B, max_len, T_src) the attention weights of every step
+    src: (B, T_src) ids, padded with 0. The source is encoded once; each step feeds the
+    last token to the decoder and takes the argmax. A sequence that has produced <eos>
+    gets pad_id from then on; decoding stops when every sequence has ended, or after
+    max_len new tokens (the convention of notebook 08's greedy_decode).
+    returns ids: (B, 1 + L) starting with <bos>, L <= max_len,
+    and alpha: (B, L, T_src) the attention weights of each generated token
     """
     h, s, mask = model.encode(src)
     y = torch.full((src.size(0),), bos_id, dtype=torch.long, device=src.device)
     done = torch.zeros_like(y, dtype=torch.bool)
-    ids, alphas = [], []
+    ids, alphas = [y], [h.new_zeros(src.size(0), 0, src.size(1))]  # the empty one: max_len = 0
     for _ in range(max_len):
         logits, s, alpha = model.decoder(y, s, h, mask)
-        y = logits.argmax(dim=-1).masked_fill(done, eos_id)
-        done |= y == eos_id
+        y = logits.argmax(dim=-1).masked_fill(done, pad_id)
         ids.append(y)
-        alphas.append(alpha)
-    return torch.stack(ids, dim=1), torch.stack(alphas, dim=1)
+        alphas.append(alpha.unsqueeze(1))
+        done = done | (y == eos_id)
+        if done.all():
+            break
+    return torch.stack(ids, dim=1), torch.cat(alphas, dim=1)

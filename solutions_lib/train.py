@@ -28,6 +28,7 @@ from course_lib.runtime import device as default_device
 from course_lib.tasks import copy_pairs, encode_pairs, letters_vocab, reverse_pairs
 from course_lib.transformer import init_embeddings
 from solutions_lib.training import exact_match, greedy_decode, label_smoothed_cross_entropy, make_masks, shift_right, warmup_lr
+from solutions_lib.fast import fuse
 from solutions_lib.transformer import Transformer, sinusoidal_encoding
 
 
@@ -76,7 +77,7 @@ class TorchTransformer(nn.Module):
     nn.Transformer wants the opposite: True = hidden, so the masks are inverted here.
     """
 
-    def __init__(self, src_vocab, tgt_vocab, d_model=512, h=8, N=6, d_ff=2048, dropout=0.1, max_len=512):
+    def __init__(self, src_vocab, tgt_vocab, *, d_model=512, h=8, d_ff=2048, N=6, dropout=0.1, max_len=512):
         super().__init__()
         self.d_model = d_model
         self.src_embed = nn.Embedding(src_vocab, d_model)
@@ -108,9 +109,9 @@ class TorchTransformer(nn.Module):
 
 def build_model(cfg, vocab, max_len=64):
     kind = {"ours": Transformer, "torch": TorchTransformer}[cfg.arch]
-    model = kind(len(vocab), len(vocab), d_model=cfg.d_model, h=cfg.h, N=cfg.N, d_ff=cfg.d_ff,
+    model = kind(len(vocab), len(vocab), d_model=cfg.d_model, h=cfg.h, d_ff=cfg.d_ff, N=cfg.N,
                  dropout=cfg.dropout, max_len=max_len)
-    return init_embeddings(model)
+    return init_embeddings(fuse(model) if cfg.arch == "ours" else model)
 
 
 def build_optimizer(model, cfg):

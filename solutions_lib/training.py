@@ -11,10 +11,9 @@ The pieces of one training step, in the order they are used:
 then greedy_decode and exact_match to measure what the model learned.
 Token ids follow course_lib.tokens: <pad> = 0, <bos> = 1, <eos> = 2.
 """
-import math
-
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 
 # ---------------------------------------------------------------- one training step
@@ -34,9 +33,9 @@ def make_masks(src, tgt_in, pad_id=0):
     """The boolean masks of a batch (True = may attend).
 
     src: (B, T_src), tgt_in: (B, T_tgt) token ids
-    returns src_mask: (B, 1, T_src), True at real source tokens, used by the
-    encoder's self-attention and the decoder's cross-attention; and
-    tgt_mask: (B, T_tgt, T_tgt), causal and True at real target tokens.
+    returns src_mask: (B, 1, T_src), True at real source tokens (for the encoder's
+    self-attention and the decoder's cross-attention); and
+    tgt_mask: (B, T_tgt, T_tgt), causal and True at real (non-pad) target keys.
     """
     src_mask = (src != pad_id).unsqueeze(1)
     T = tgt_in.size(1)
@@ -49,8 +48,8 @@ def label_smoothed_cross_entropy(logits, target, smoothing=0.1, pad_id=0):
     """Cross-entropy against smoothed targets, averaged over the non-padding tokens.
 
     logits: (B, T, V); target: (B, T) ids
-    The smoothed distribution puts 1 - smoothing on the target, spreads smoothing
-    evenly over the other V - 2 tokens, and gives the padding token nothing.
+    q puts 1 - smoothing on the target, smoothing / (V - 2) on every other token
+    except pad_id, and 0 on pad_id.
     returns: a 0-dim tensor, -sum_v q_v log p_v averaged over positions whose target is not pad_id
     """
     V = logits.size(-1)
@@ -59,8 +58,7 @@ def label_smoothed_cross_entropy(logits, target, smoothing=0.1, pad_id=0):
     q.scatter_(-1, target.unsqueeze(-1), 1.0 - smoothing)
     q[..., pad_id] = 0.0
     per_token = -(q * log_p).sum(-1)
-    real = target != pad_id
-    return per_token[real].mean()
+    return per_token[target != pad_id].mean()
 
 
 def warmup_lr(step, d_model, warmup=4000):
@@ -80,7 +78,7 @@ def train_step(model, optimizer, scheduler, src, tgt, bos_id=1, pad_id=0, smooth
     model(src, tgt_in, src_mask, tgt_mask) -> logits (B, T_tgt, V)
     src: (B, T_src), tgt: (B, T_tgt) ids; scheduler: a torch.optim.lr_scheduler, stepped once
     Clears old gradients, back-propagates the label-smoothed loss, clips the
-    gradient norm at `clip`, updates the parameters and the learning rate.
+    gradient norm at `clip`, updates the parameters, then the learning rate.
     returns: the loss of this batch (float), before the update
     """
     model.train()
@@ -90,7 +88,7 @@ def train_step(model, optimizer, scheduler, src, tgt, bos_id=1, pad_id=0, smooth
     loss = label_smoothed_cross_entropy(logits, tgt, smoothing, pad_id)
     optimizer.zero_grad()
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    nn.utils.clip_grad_norm_(model.parameters(), clip)
     optimizer.step()
     scheduler.step()
     return loss.item()
@@ -99,29 +97,30 @@ def train_step(model, optimizer, scheduler, src, tgt, bos_id=1, pad_id=0, smooth
 # ---------------------------------------------------------------- using the trained model
 
 
-@torch.no_grad()
 def greedy_decode(model, src, max_len, bos_id=1, eos_id=2, pad_id=0):
     """Generate target ids one at a time, always taking the most likely next token.
 
-    src: (B, T_src) ids. The source is encoded once; each step feeds everything
-    generated so far to the decoder and appends the argmax of the last position.
-    A sequence that has produced <eos> gets pad_id from then on; decoding stops
-    when every sequence has ended, or after max_len new tokens.
+    model.encode(src, src_mask) -> memory; model.decode(memory, ys, src_mask) -> logits (B, len(ys), V)
+    src: (B, T_src) ids; src_mask = (src != pad_id).unsqueeze(1)
+    The source is encoded once; each step feeds everything generated so far to the
+    decoder and appends the argmax of its last position. A sequence that has produced
+    <eos> gets pad_id from then on; stop when every sequence has ended, or after
+    max_len new tokens. Runs in eval mode, without gradients.
     returns: (B, 1 + L) ids starting with <bos>, L <= max_len
     """
     model.eval()
-    src_mask = (src != pad_id).unsqueeze(1)
-    memory = model.encode(src, src_mask)
-    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
-    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-    for _ in range(max_len):
-        logits = model.decode(memory, ys, src_mask)
-        next_id = logits[:, -1].argmax(-1)
-        next_id = next_id.masked_fill(done, pad_id)
-        ys = torch.cat([ys, next_id[:, None]], dim=1)
-        done = done | (next_id == eos_id)
-        if done.all():
-            break
+    with torch.no_grad():
+        src_mask = (src != pad_id).unsqueeze(1)
+        memory = model.encode(src, src_mask)
+        ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(memory, ys, src_mask)
+            next_id = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            ys = torch.cat([ys, next_id[:, None]], dim=1)
+            done = done | (next_id == eos_id)
+            if done.all():
+                break
     return ys
 
 

@@ -3,11 +3,12 @@
 Post-norm, as in the paper: every sublayer is wrapped as
     x = LayerNorm(x + Dropout(Sublayer(x)))
 Masks are boolean and True where attention is allowed. Tensors are batch-first.
+Sizes come in one order everywhere: d_model, h, d_ff, N (keyword-only in Transformer).
+solutions_lib.fast swaps in PyTorch's fused kernels for training.
 """
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from solutions_lib.positional import sinusoidal_positional_encoding
@@ -32,14 +33,6 @@ class LayerNorm(nn.Module):
         self.beta = nn.Parameter(torch.zeros(d_model))
 
     def forward(self, x):
-        # exactly the formula above, computed by one fused kernel (notebook 07 writes it out by hand);
-        # the fused kernel needs x and the parameters in one dtype, the formula promotes them
-        if x.dtype != self.gamma.dtype:
-            return self.explicit(x)
-        return F.layer_norm(x, x.shape[-1:], self.gamma, self.beta, self.eps)
-
-    def explicit(self, x):
-        """The same, step by step."""
         mean = x.mean(dim=-1, keepdim=True)
         var = x.var(dim=-1, keepdim=True, unbiased=False)
         return self.gamma * (x - mean) / torch.sqrt(var + self.eps) + self.beta
@@ -48,7 +41,7 @@ class LayerNorm(nn.Module):
 class FeedForward(nn.Module):
     """Position-wise feed-forward network: W_2(Dropout(ReLU(W_1 x))).
 
-    Parameters: W_1 = nn.Linear(d_model, d_ff), W_2 = nn.Linear(d_ff, d_model).
+    Submodules: W_1 = nn.Linear(d_model, d_ff), W_2 = nn.Linear(d_ff, d_model), dropout = nn.Dropout(dropout).
     x: (B, T, d_model) -> (B, T, d_model); every position is transformed alike.
     """
 
@@ -63,9 +56,10 @@ class FeedForward(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention, then the feed-forward network, each with add & norm.
+    """Self-attention, then the feed-forward network, each with add & norm (post-norm).
 
-    Submodules: self_attn (MultiHeadAttention), ffn (FeedForward), norm1, norm2 (LayerNorm).
+    Submodules: self_attn = MultiHeadAttention(d_model, h, dropout), ffn = FeedForward(d_model, d_ff, dropout),
+    norm1, norm2 = LayerNorm(d_model), dropout = nn.Dropout(dropout).
     x: (B, T, d_model); mask: bool broadcastable to (B, T, T), True = allowed
     returns: (B, T, d_model)
     """
@@ -79,7 +73,7 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x, mask=None):
-        attended, _ = self.self_attn(x, x, x, mask, need_weights=False)
+        attended, _ = self.self_attn(x, x, x, mask)
         x = self.norm1(x + self.dropout(attended))
         return self.norm2(x + self.dropout(self.ffn(x)))
 
@@ -87,7 +81,7 @@ class EncoderLayer(nn.Module):
 class Encoder(nn.Module):
     """N encoder layers, each fed the previous one's output.
 
-    Submodules: layers (nn.ModuleList of N EncoderLayer).
+    Submodules: layers = nn.ModuleList of N EncoderLayer(d_model, h, d_ff, dropout).
     x: (B, T_src, d_model); mask: bool broadcastable to (B, T_src, T_src)
     returns: (B, T_src, d_model), the memory the decoder attends to
     """
@@ -103,12 +97,13 @@ class Encoder(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, cross-attention to the encoder's output, feed-forward; each with add & norm.
+    """Masked self-attention, cross-attention to memory, feed-forward; each with add & norm (post-norm).
 
-    Submodules: self_attn, cross_attn (MultiHeadAttention), ffn (FeedForward), norm1, norm2, norm3.
-    x: (B, T_tgt, d_model); memory: (B, T_src, d_model)
-    src_mask: bool broadcastable to (B, T_tgt, T_src), which source positions may be read
-    tgt_mask: bool broadcastable to (B, T_tgt, T_tgt), usually causal (& padding)
+    Submodules: self_attn, cross_attn = MultiHeadAttention(d_model, h, dropout), ffn = FeedForward(d_model, d_ff, dropout),
+    norm1, norm2, norm3 = LayerNorm(d_model), dropout = nn.Dropout(dropout).
+    x: (B, T_tgt, d_model); memory: (B, T_src, d_model), the encoder's output
+    src_mask: bool broadcastable to (B, T_tgt, T_src), the source positions each query may read
+    tgt_mask: bool broadcastable to (B, T_tgt, T_tgt), usually causal (& target padding)
     returns: (B, T_tgt, d_model)
     """
 
@@ -123,9 +118,9 @@ class DecoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
-        attended, _ = self.self_attn(x, x, x, tgt_mask, need_weights=False)
+        attended, _ = self.self_attn(x, x, x, tgt_mask)
         x = self.norm1(x + self.dropout(attended))
-        attended, _ = self.cross_attn(x, memory, memory, src_mask, need_weights=False)
+        attended, _ = self.cross_attn(x, memory, memory, src_mask)
         x = self.norm2(x + self.dropout(attended))
         return self.norm3(x + self.dropout(self.ffn(x)))
 
@@ -133,7 +128,7 @@ class DecoderLayer(nn.Module):
 class Decoder(nn.Module):
     """N decoder layers; every layer attends to the same encoder output (memory).
 
-    Submodules: layers (nn.ModuleList of N DecoderLayer).
+    Submodules: layers = nn.ModuleList of N DecoderLayer(d_model, h, d_ff, dropout).
     x: (B, T_tgt, d_model); memory: (B, T_src, d_model); masks as in DecoderLayer
     returns: (B, T_tgt, d_model)
     """
@@ -156,16 +151,17 @@ def sinusoidal_encoding(max_len, d_model):
 class Transformer(nn.Module):
     """Embeddings (scaled by sqrt(d_model)) + sinusoidal positions, encoder, decoder, output projection.
 
-    Submodules: src_embed, tgt_embed (nn.Embedding), encoder (Encoder), decoder (Decoder),
-    out (nn.Linear(d_model, tgt_vocab)). tie_weights shares out.weight with tgt_embed.weight;
-    share_embeddings also makes src_embed the same table (needs src_vocab == tgt_vocab).
+    Submodules: src_embed, tgt_embed = nn.Embedding(vocab, d_model), encoder = Encoder(...), decoder = Decoder(...),
+    out = nn.Linear(d_model, tgt_vocab), dropout = nn.Dropout(dropout); buffer pe (max_len, d_model), not persistent.
+    tie_weights: out.weight is tgt_embed.weight; share_embeddings: src_embed is tgt_embed too, and tied
+    (needs src_vocab == tgt_vocab).
     src: (B, T_src), tgt: (B, T_tgt) integer tokens
     src_mask: bool broadcastable to (B, 1, T_src), True at real source tokens
-    tgt_mask: optional extra bool mask broadcastable to (B, T_tgt, T_tgt); the causal mask is always applied
+    tgt_mask: optional extra bool mask broadcastable to (B, T_tgt, T_tgt); the causal mask is always applied too
     returns logits: (B, T_tgt, tgt_vocab)
     """
 
-    def __init__(self, src_vocab, tgt_vocab, d_model=512, h=8, N=6, d_ff=2048, dropout=0.1, max_len=512,
+    def __init__(self, src_vocab, tgt_vocab, *, d_model=512, h=8, d_ff=2048, N=6, dropout=0.1, max_len=512,
                  tie_weights=False, share_embeddings=False):
         super().__init__()
         self.d_model = d_model
@@ -180,8 +176,8 @@ class Transformer(nn.Module):
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
 
     def embed(self, embedding, tokens):
-        """(B, T) tokens -> (B, T, d_model): sqrt(d_model) * embedding + positional encoding."""
-        x = embedding(tokens) * math.sqrt(self.d_model) + self.pe[: tokens.size(1)].to(embedding.weight.dtype)
+        """(B, T) tokens -> (B, T, d_model): dropout(sqrt(d_model) * embedding + positional encoding)."""
+        x = embedding(tokens) * math.sqrt(self.d_model) + self.pe[: tokens.size(1)]
         return self.dropout(x)
 
     def encode(self, src, src_mask=None):

@@ -46,6 +46,18 @@ def test_ci_pins_satisfy_the_package_ranges():
         assert name_of(req) in pins, f"{req} is not pinned in constraints.txt"
 
 
+def test_the_torch_floor_is_the_torch_the_tests_run_on():
+    # The version range is a promise: its oldest torch is the one CI installs, and the one running now.
+    import torch
+
+    pins = {name_of(line): line.split("==")[1].strip() for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line}
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    floor, = [r.split(">=")[1] for r in project["dependencies"] if name_of(r) == "torch"]
+    assert floor == pins["torch"].split("+")[0] == torch.__version__.split("+")[0]
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    assert f"torch>={floor}" in [r for dep in env["dependencies"] if isinstance(dep, dict) for r in dep["pip"]]
+
+
 def test_binder_builds_the_course_package_and_starts_the_students_lab(tmp_path):
     post_build = (ROOT / "postBuild").read_text()
     assert os.access(ROOT / "postBuild", os.X_OK) and os.access(ROOT / "start", os.X_OK)

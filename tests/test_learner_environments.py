@@ -45,7 +45,7 @@ def test_every_notebook_opens_with_the_colab_badge_and_install_cell(path):
     assert nbformat.writes(again) == nbformat.writes(nb), "run `python -m autograder.colab` and `python -m autograder release`"
 
 
-def run_install_cell(monkeypatch, on_colab):
+def run_install_cell(monkeypatch, on_colab, colab_torch=None):
     """Run the released notebooks' install cell here, with subprocess stubbed; returns its commands."""
     calls = []
 
@@ -57,6 +57,9 @@ def run_install_cell(monkeypatch, on_colab):
         raise AssertionError("the Colab cell must install through subprocess.run only")
 
     monkeypatch.setattr(subprocess, "run", record)
+    if colab_torch:
+        real = importlib.metadata.version
+        monkeypatch.setattr(importlib.metadata, "version", lambda name: colab_torch if name == "torch" else real(name))
     for name in ("Popen", "call", "check_call", "check_output"):
         monkeypatch.setattr(subprocess, name, forbidden)
     monkeypatch.setattr("os.system", forbidden)
@@ -88,6 +91,14 @@ def test_colab_cell_installs_from_the_repository_and_keeps_torch(monkeypatch):
     # the only torch on the command line is the one already installed, so pip keeps it
     assert packages[1:] == [f"torch=={importlib.metadata.version('torch')}"]
     assert not UPGRADES & set(cmd), cmd
+
+
+def test_colab_cell_replaces_a_torch_older_than_the_tested_floor(monkeypatch):
+    (newer, _), = run_install_cell(monkeypatch, on_colab=True, colab_torch="99.1.0+cu126")
+    assert newer[-1] == "torch==99.1.0+cu126"
+    monkeypatch.undo()
+    (older, _), = run_install_cell(monkeypatch, on_colab=True, colab_torch="2.9.0+cu126")
+    assert older[-1] == f"torch>={colab.torch_floor()}"
 
 
 @pytest.fixture(scope="module")

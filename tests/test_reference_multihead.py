@@ -3,7 +3,10 @@ import pytest
 import torch
 from torch import nn
 
+import copy
+
 from solutions_lib.attention import causal_mask, padding_mask
+from solutions_lib.fast import fuse
 from solutions_lib.multihead import MultiHeadAttention, count_parameters, merge_heads, mha_state_from_pytorch, split_heads
 
 SIZES = [  # B, T_q, T_k, d_model, h
@@ -47,12 +50,14 @@ def test_split_and_merge_heads_are_inverse_and_slice_features():
 
 
 @pytest.mark.parametrize("size", SIZES, ids=str)
-@pytest.mark.parametrize("need_weights", [True, False])
-def test_self_attention_matches_pytorch(size, need_weights):
+@pytest.mark.parametrize("fused", [False, True])
+def test_self_attention_matches_pytorch(size, fused):
     B, T, _, d_model, h = size
     ours, theirs = pair(d_model, h)
+    if fused:
+        ours = fuse(ours)
     x = draw(B, T, d_model, 1)
-    out, w = ours(x, x, x, need_weights=need_weights)
+    out, w = ours(x, x, x)
     ref, ref_w = theirs(x, x, x, average_attn_weights=False)
     assert_same(out, ref, [x])
     # PyTorch packs W_q, W_k, W_v into one tensor: compare the gradients packed the same way
@@ -62,7 +67,7 @@ def test_self_attention_matches_pytorch(size, need_weights):
     torch.testing.assert_close(torch.cat([g_ours[1], g_ours[3], g_ours[5]]), g_theirs[1])
     torch.testing.assert_close(g_ours[6], g_theirs[2])
     torch.testing.assert_close(g_ours[7], g_theirs[3])
-    if need_weights:
+    if not fused:
         torch.testing.assert_close(w, ref_w)
     else:
         assert w is None
@@ -80,7 +85,7 @@ def test_cross_attention_with_key_padding_matches_pytorch(size):
     ref, ref_w = theirs(q, kv, kv, key_padding_mask=~allowed.squeeze(1), average_attn_weights=False)
     assert_same(out, ref, [q, kv])
     torch.testing.assert_close(w, ref_w)
-    fast, _ = ours(q, kv, kv, allowed, need_weights=False)
+    fast, _ = fuse(copy.deepcopy(ours))(q, kv, kv, allowed)
     assert_same(fast, ref, [q, kv])
 
 
@@ -93,7 +98,7 @@ def test_causal_mask_matches_pytorch_attn_mask(size):
     ref, ref_w = theirs(x, x, x, attn_mask=~causal_mask(T), average_attn_weights=False)  # True = hidden
     assert_same(out, ref, [x])
     torch.testing.assert_close(w, ref_w)
-    fast, _ = ours(x, x, x, causal_mask(T), need_weights=False)
+    fast, _ = fuse(copy.deepcopy(ours))(x, x, x, causal_mask(T))
     assert_same(fast, ref, [x])
 
 
@@ -120,5 +125,15 @@ def test_float32_dropout_and_training_mode_run():
     x = torch.randn(2, 6, 16)
     out, w = mha(x, x, x, causal_mask(6))
     assert out.shape == (2, 6, 16) and w.shape == (2, 4, 6, 6)
-    out, _ = mha(x, x, x, causal_mask(6), need_weights=False)
+    out, _ = fuse(mha)(x, x, x, causal_mask(6))
     assert torch.isfinite(out).all()
+
+
+def test_fused_attention_gives_a_query_with_every_key_masked_zero_output_like_the_lesson():
+    ours, _ = pair(8, 2, seed=10)
+    x = draw(2, 4, 8, 11)
+    mask = torch.ones(2, 4, 4, dtype=torch.bool)
+    mask[0, 1] = False
+    lesson, _ = ours(x, x, x, mask)
+    fused, _ = fuse(copy.deepcopy(ours))(x, x, x, mask)
+    torch.testing.assert_close(fused, lesson)

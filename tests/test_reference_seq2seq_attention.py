@@ -148,14 +148,47 @@ def test_greedy_decode_matches_teacher_forcing_on_its_own_output():
     torch.manual_seed(0)
     model = sa.Seq2SeqAttention(vocab_size=10, d_emb=4, d_h=8).eval()
     src = torch.tensor([[3, 4, 5, 0], [6, 7, 8, 9]])
-    ids, alpha = sa.greedy_decode(model, src, bos_id=1, eos_id=2, max_len=5)
-    assert ids.shape == (2, 5) and alpha.shape == (2, 5, 4)
+    ids, alpha = sa.greedy_decode(model, src, max_len=5, bos_id=1, eos_id=2, pad_id=0)
+    L = ids.size(1) - 1
+    assert 1 <= L <= 5 and ids.shape == (2, 1 + L) and alpha.shape == (2, L, 4)
+    assert (ids[:, 0] == 1).all()
     for b in range(2):
-        out = ids[b].tolist()
-        n = out.index(2) + 1 if 2 in out else 5
-        tgt_in = torch.tensor([[1] + out[: n - 1]])
-        logits, _ = model(src[b : b + 1, : int((src[b] != 0).sum())], tgt_in)
+        out = ids[b, 1:].tolist()
+        n = out.index(2) + 1 if 2 in out else L  # the generated tokens up to <eos>
+        assert all(i == 0 for i in out[n:])
+        n_src = int((src[b] != 0).sum())
+        logits, alpha_tf = model(src[b : b + 1, :n_src], ids[b : b + 1, :n])
         assert logits.argmax(-1)[0].tolist() == out[:n]
+        torch.testing.assert_close(alpha[b, :n, :n_src], alpha_tf[0])
+        assert (alpha[b, :n, n_src:] == 0).all()
+
+
+class _Scripted:
+    """A stand-in model whose decoder emits script[:, t] at step t and alpha = one-hot(t)."""
+
+    def __init__(self, script, T_src):
+        self.script, self.T_src, self.fed = torch.tensor(script), T_src, []
+
+    def encode(self, src):
+        B = src.size(0)
+        return torch.zeros(B, self.T_src, 1), torch.zeros(B, dtype=torch.long), src != 0
+
+    def decoder(self, y, t, h, mask):
+        self.fed.append(y.tolist())
+        logits = F.one_hot(self.script[:, t[0]], 10).float()
+        return logits, t + 1, F.one_hot(t % self.T_src, self.T_src).float()
+
+
+def test_greedy_decode_pads_after_eos_and_stops_when_all_ended():
+    model = _Scripted([[5, 2, 7, 7, 7], [6, 6, 2, 7, 7]], T_src=3)
+    ids, alpha = sa.greedy_decode(model, torch.ones(2, 3, dtype=torch.long), max_len=5)
+    assert ids.tolist() == [[1, 5, 2, 0], [1, 6, 6, 2]]
+    assert model.fed == [[1, 1], [5, 6], [2, 6]]  # each step feeds the token generated last
+    assert alpha.shape == (2, 3, 3) and alpha[0].argmax(-1).tolist() == [0, 1, 2]
+    ids, alpha = sa.greedy_decode(_Scripted([[5, 6, 7], [5, 6, 7]], T_src=3), torch.ones(2, 3, dtype=torch.long), max_len=2, bos_id=4)
+    assert ids.tolist() == [[4, 5, 6], [4, 5, 6]] and alpha.shape == (2, 2, 3)  # no <eos>: max_len tokens
+    ids, alpha = sa.greedy_decode(model, torch.ones(2, 3, dtype=torch.long), max_len=0)
+    assert ids.tolist() == [[1], [1]] and alpha.shape == (2, 0, 3)
 
 
 # ---------------------------------------------------------------- data

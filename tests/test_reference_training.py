@@ -77,7 +77,7 @@ def test_warmup_lr_peaks_at_warmup():
 
 def test_greedy_decode_stops_and_pads_and_exact_match():
     torch.manual_seed(0)
-    model = Transformer(9, 9, d_model=16, h=2, N=1, d_ff=32, dropout=0.0)
+    model = Transformer(9, 9, d_model=16, h=2, d_ff=32, N=1, dropout=0.0)
     src = torch.tensor([[3, 4, 5], [6, 7, 0]])
     ys = greedy_decode(model, src, max_len=6)
     assert ys.shape[0] == 2 and 2 <= ys.shape[1] <= 7 and (ys[:, 0] == 1).all()
@@ -92,7 +92,7 @@ def test_greedy_decode_stops_and_pads_and_exact_match():
 def test_torch_transformer_wrapper_matches_the_course_masks():
     # nn.Transformer's wrapper: the same model shape and the same interface as ours.
     torch.manual_seed(0)
-    model = TorchTransformer(11, 11, d_model=16, h=2, N=1, d_ff=32, dropout=0.0).eval()
+    model = TorchTransformer(11, 11, d_model=16, h=2, d_ff=32, N=1, dropout=0.0).eval()
     src = torch.tensor([[3, 4, 5, 0], [6, 7, 8, 9]])
     tgt_in = torch.tensor([[1, 4, 5], [1, 6, 0]])
     src_mask, tgt_mask = make_masks(src, tgt_in)
@@ -104,7 +104,7 @@ def test_torch_transformer_wrapper_matches_the_course_masks():
 
 
 def test_checkpoint_round_trip(tmp_path):
-    cfg = Config(task="copy", d_model=16, h=2, N=1, d_ff=32)
+    cfg = Config(task="copy", d_model=16, h=2, d_ff=32, N=1)
     vocab = letters_vocab()
     model = build_model(cfg, vocab)
     optimizer, scheduler = build_optimizer(model, cfg)

@@ -157,9 +157,9 @@ def graded_in_process(notebook, code):
     import importlib
     import inspect
 
-    from autograder.student_dist import _closed_over
+    from autograder.student_dist import closed_over
 
-    lessons = [(_closed_over(ex.reference) or [ex.reference])[0] for ex in registry.for_notebook(notebook)]
+    lessons = [(closed_over(ex.reference) or [ex.reference])[0] for ex in registry.for_notebook(notebook)]
     namespace = {"__name__": "__main__"}
     for module in sorted({obj.__module__ for obj in lessons}):
         exec(inspect.getsource(importlib.import_module(module)), namespace)

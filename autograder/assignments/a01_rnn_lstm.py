@@ -1,15 +1,11 @@
-"""Checks for notebook 01: recurrent networks (RNN, LSTM) and their limits.
-
-Each known mistake is a complete wrong implementation, written as a learner
-would write it, self-contained (only torch, math, nn, F), so that it can be
-pasted into a notebook and graded on its own.
-"""
+"""Checks for notebook 01: recurrent networks (RNN, LSTM) and their limits."""
 import torch
 from torch import nn
 
 import solutions_lib.rnn as ref
 from autograder.core import Call, Case, Exercise, Mistake
 from autograder.inputs import Draw, dims
+from autograder.mutants import swap
 
 NOTEBOOK = "01_rnn_lstm"
 
@@ -29,229 +25,52 @@ def _weights(r, d_in, d_h, gates, dtype):
     )
 
 
-# ---------------------------------------------------------------- rnn_cell
+# ---------------------------------------------------------------- rnn_cell, rnn_forward, lstm_cell, lstm_forward
 
 
-def _rnn_cell_case(seed, B, d_in, d_h, dtype=torch.float32, hidden=False):
+RNN, LSTM = 1, 4  # how many gates the weights stack
+
+
+def _case(seed, gates, sizes, dtype=torch.float32, hidden=False):
+    """sizes: (B, d_in, d_h) for one step, x: (B, d_in); (B, T, d_in, d_h) for a sequence, x: (B, T, d_in).
+    The call: x, the initial state (h0 for an RNN, (h0, c0) for an LSTM), the weights."""
+    B, *T, d_in, d_h = sizes  # T: [] for one step, [T] for a sequence
+
     def make():
         r = Draw(seed)
-        x_t, h_prev = r.randn(B, d_in, dtype=dtype), r.randn(B, d_h, dtype=dtype)
-        return Call((x_t, h_prev, *_weights(r, d_in, d_h, 1, dtype)))
+        x, h0 = r.randn(B, *T, d_in, dtype=dtype), r.randn(B, d_h, dtype=dtype)
+        state = h0 if gates == RNN else (h0, r.randn(B, d_h, dtype=dtype))
+        return Call((x, state, *_weights(r, d_in, d_h, gates, dtype)))
 
-    return Case(dims(B=B, d_in=d_in, d_h=d_h) + _dtype_label(dtype), make, hidden=hidden)
-
-
-def rnn_cell_cases():
-    return [
-        _rnn_cell_case(101, 2, 3, 4),
-        _rnn_cell_case(102, 1, 5, 5),
-        _rnn_cell_case(103, 3, 4, 4, dtype=torch.float64),
-        _rnn_cell_case(104, 4, 6, 3, hidden=True),
-        _rnn_cell_case(105, 2, 7, 7, dtype=torch.float64, hidden=True),
-    ]
+    named = dict(B=B) | (dict(T=T[0]) if T else {}) | dict(d_in=d_in, d_h=d_h)
+    return Case(dims(**named) + _dtype_label(dtype), make, hidden=hidden)
 
 
-def rnn_cell_no_tanh(x_t, h_prev, W_ih, W_hh, b_ih, b_hh):
-    return x_t @ W_ih.T + b_ih + h_prev @ W_hh.T + b_hh
+# The options of each case in order: rnn_cell and lstm_cell share theirs, rnn_forward and lstm_forward theirs.
+F64, HIDDEN = dict(dtype=torch.float64), dict(hidden=True)
+STEP_OPTIONS = [{}, {}, F64, HIDDEN, F64 | HIDDEN]
+SEQUENCE_OPTIONS = [{}, {}, F64, HIDDEN]
 
 
-def rnn_cell_swapped(x_t, h_prev, W_ih, W_hh, b_ih, b_hh):
-    return torch.tanh(x_t @ W_hh.T + b_ih + h_prev @ W_ih.T + b_hh)
+def _cases(first_seed, gates, sizes, options):
+    """One case for each sizes, with the options of the same rank, the seeds counting up from first_seed."""
+    return [_case(first_seed + i, gates, s, **o) for i, (s, o) in enumerate(zip(sizes, options, strict=True))]
 
 
-def rnn_cell_not_transposed(x_t, h_prev, W_ih, W_hh, b_ih, b_hh):
-    return torch.tanh(x_t @ W_ih + b_ih + h_prev @ W_hh + b_hh)
+def rnn_cell_cases():  # sizes: B, d_in, d_h
+    return _cases(101, RNN, [(2, 3, 4), (1, 5, 5), (3, 4, 4), (4, 6, 3), (2, 7, 7)], STEP_OPTIONS)
 
 
-def rnn_cell_one_bias(x_t, h_prev, W_ih, W_hh, b_ih, b_hh):
-    return torch.tanh(x_t @ W_ih.T + b_ih + h_prev @ W_hh.T)
-
-
-def rnn_cell_relu(x_t, h_prev, W_ih, W_hh, b_ih, b_hh):
-    return torch.relu(x_t @ W_ih.T + b_ih + h_prev @ W_hh.T + b_hh)
-
-
-# ---------------------------------------------------------------- rnn_forward
-
-
-def _rnn_forward_case(seed, B, T, d_in, d_h, dtype=torch.float32, hidden=False):
-    def make():
-        r = Draw(seed)
-        x, h0 = r.randn(B, T, d_in, dtype=dtype), r.randn(B, d_h, dtype=dtype)
-        return Call((x, h0, *_weights(r, d_in, d_h, 1, dtype)))
-
-    return Case(dims(B=B, T=T, d_in=d_in, d_h=d_h) + _dtype_label(dtype), make, hidden=hidden)
-
-
-def rnn_forward_cases():
-    return [
-        _rnn_forward_case(111, 2, 5, 3, 4),
-        _rnn_forward_case(112, 1, 1, 4, 4),
-        _rnn_forward_case(113, 3, 7, 2, 5, dtype=torch.float64),
-        _rnn_forward_case(114, 4, 9, 5, 6, hidden=True),
-    ]
-
-
-def rnn_forward_not_carried(x, h0, W_ih, W_hh, b_ih, b_hh):
-    outputs = []
-    for t in range(x.size(1)):
-        h = torch.tanh(x[:, t] @ W_ih.T + b_ih + h0 @ W_hh.T + b_hh)
-        outputs.append(h)
-    return torch.stack(outputs, dim=1), h
-
-
-def rnn_forward_time_major(x, h0, W_ih, W_hh, b_ih, b_hh):
-    h = h0
-    outputs = []
-    for t in range(x.size(1)):
-        h = torch.tanh(x[:, t] @ W_ih.T + b_ih + h @ W_hh.T + b_hh)
-        outputs.append(h)
-    return torch.stack(outputs), h
-
-
-def rnn_forward_no_tanh(x, h0, W_ih, W_hh, b_ih, b_hh):
-    h = h0
-    outputs = []
-    for t in range(x.size(1)):
-        h = x[:, t] @ W_ih.T + b_ih + h @ W_hh.T + b_hh
-        outputs.append(h)
-    return torch.stack(outputs, dim=1), h
-
-
-def rnn_forward_ignores_h0(x, h0, W_ih, W_hh, b_ih, b_hh):
-    h = torch.zeros_like(h0)
-    outputs = []
-    for t in range(x.size(1)):
-        h = torch.tanh(x[:, t] @ W_ih.T + b_ih + h @ W_hh.T + b_hh)
-        outputs.append(h)
-    return torch.stack(outputs, dim=1), h
-
-
-# ---------------------------------------------------------------- lstm_cell
-
-
-def _lstm_cell_case(seed, B, d_in, d_h, dtype=torch.float32, hidden=False):
-    def make():
-        r = Draw(seed)
-        x_t, h_prev, c_prev = r.randn(B, d_in, dtype=dtype), r.randn(B, d_h, dtype=dtype), r.randn(B, d_h, dtype=dtype)
-        return Call((x_t, (h_prev, c_prev), *_weights(r, d_in, d_h, 4, dtype)))
-
-    return Case(dims(B=B, d_in=d_in, d_h=d_h) + _dtype_label(dtype), make, hidden=hidden)
+def rnn_forward_cases():  # sizes: B, T, d_in, d_h
+    return _cases(111, RNN, [(2, 5, 3, 4), (1, 1, 4, 4), (3, 7, 2, 5), (4, 9, 5, 6)], SEQUENCE_OPTIONS)
 
 
 def lstm_cell_cases():
-    return [
-        _lstm_cell_case(121, 2, 3, 4),
-        _lstm_cell_case(122, 1, 5, 5),
-        _lstm_cell_case(123, 3, 4, 2, dtype=torch.float64),
-        _lstm_cell_case(124, 4, 6, 3, hidden=True),
-        _lstm_cell_case(125, 2, 2, 6, dtype=torch.float64, hidden=True),
-    ]
-
-
-def lstm_cell_forget_on_candidate(x_t, state, W_ih, W_hh, b_ih, b_hh):
-    h_prev, c_prev = state
-    i, f, g, o = (x_t @ W_ih.T + b_ih + h_prev @ W_hh.T + b_hh).chunk(4, dim=-1)
-    i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
-    c = i * c_prev + f * g
-    return o * torch.tanh(c), c
-
-
-def lstm_cell_output_before_tanh(x_t, state, W_ih, W_hh, b_ih, b_hh):
-    h_prev, c_prev = state
-    i, f, g, o = (x_t @ W_ih.T + b_ih + h_prev @ W_hh.T + b_hh).chunk(4, dim=-1)
-    i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
-    c = f * c_prev + i * g
-    return torch.tanh(o * c), c
-
-
-def lstm_cell_gate_order_ifog(x_t, state, W_ih, W_hh, b_ih, b_hh):
-    h_prev, c_prev = state
-    i, f, o, g = (x_t @ W_ih.T + b_ih + h_prev @ W_hh.T + b_hh).chunk(4, dim=-1)
-    i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
-    c = f * c_prev + i * g
-    return o * torch.tanh(c), c
-
-
-def lstm_cell_no_tanh_on_cell(x_t, state, W_ih, W_hh, b_ih, b_hh):
-    h_prev, c_prev = state
-    i, f, g, o = (x_t @ W_ih.T + b_ih + h_prev @ W_hh.T + b_hh).chunk(4, dim=-1)
-    i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
-    c = f * c_prev + i * g
-    return o * c, c
-
-
-def lstm_cell_sigmoid_candidate(x_t, state, W_ih, W_hh, b_ih, b_hh):
-    h_prev, c_prev = state
-    i, f, g, o = (x_t @ W_ih.T + b_ih + h_prev @ W_hh.T + b_hh).chunk(4, dim=-1)
-    i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.sigmoid(g), torch.sigmoid(o)
-    c = f * c_prev + i * g
-    return o * torch.tanh(c), c
-
-
-# ---------------------------------------------------------------- lstm_forward
-
-
-def _lstm_forward_case(seed, B, T, d_in, d_h, dtype=torch.float32, hidden=False):
-    def make():
-        r = Draw(seed)
-        x, h0, c0 = r.randn(B, T, d_in, dtype=dtype), r.randn(B, d_h, dtype=dtype), r.randn(B, d_h, dtype=dtype)
-        return Call((x, (h0, c0), *_weights(r, d_in, d_h, 4, dtype)))
-
-    return Case(dims(B=B, T=T, d_in=d_in, d_h=d_h) + _dtype_label(dtype), make, hidden=hidden)
+    return _cases(121, LSTM, [(2, 3, 4), (1, 5, 5), (3, 4, 2), (4, 6, 3), (2, 2, 6)], STEP_OPTIONS)
 
 
 def lstm_forward_cases():
-    return [
-        _lstm_forward_case(131, 2, 5, 3, 4),
-        _lstm_forward_case(132, 1, 3, 4, 4),
-        _lstm_forward_case(133, 3, 6, 2, 5, dtype=torch.float64),
-        _lstm_forward_case(134, 4, 8, 5, 3, hidden=True),
-    ]
-
-
-def lstm_forward_cell_not_carried(x, state0, W_ih, W_hh, b_ih, b_hh):
-    h, c0 = state0
-    outputs = []
-    for t in range(x.size(1)):
-        i, f, g, o = (x[:, t] @ W_ih.T + b_ih + h @ W_hh.T + b_hh).chunk(4, dim=-1)
-        c = torch.sigmoid(f) * c0 + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        outputs.append(h)
-    return torch.stack(outputs, dim=1), (h, c)
-
-
-def lstm_forward_hidden_not_carried(x, state0, W_ih, W_hh, b_ih, b_hh):
-    h0, c = state0
-    outputs = []
-    for t in range(x.size(1)):
-        i, f, g, o = (x[:, t] @ W_ih.T + b_ih + h0 @ W_hh.T + b_hh).chunk(4, dim=-1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        outputs.append(h)
-    return torch.stack(outputs, dim=1), (h, c)
-
-
-def lstm_forward_outputs_are_cells(x, state0, W_ih, W_hh, b_ih, b_hh):
-    h, c = state0
-    outputs = []
-    for t in range(x.size(1)):
-        i, f, g, o = (x[:, t] @ W_ih.T + b_ih + h @ W_hh.T + b_hh).chunk(4, dim=-1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        outputs.append(c)
-    return torch.stack(outputs, dim=1), (h, c)
-
-
-def lstm_forward_state_swapped(x, state0, W_ih, W_hh, b_ih, b_hh):
-    h, c = state0
-    outputs = []
-    for t in range(x.size(1)):
-        i, f, g, o = (x[:, t] @ W_ih.T + b_ih + h @ W_hh.T + b_hh).chunk(4, dim=-1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        outputs.append(h)
-    return torch.stack(outputs, dim=1), (c, h)
+    return _cases(131, LSTM, [(2, 5, 3, 4), (1, 3, 4, 4), (3, 6, 2, 5), (4, 8, 5, 3)], SEQUENCE_OPTIONS)
 
 
 # ---------------------------------------------------------------- gradient_norm_by_distance
@@ -272,39 +91,10 @@ def _gradient_case(seed, cell, B, T, d_in, d_h, dtype=torch.float32, hidden=Fals
 
 def gradient_cases():
     return [
-        _gradient_case(141, "rnn", 2, 6, 3, 4),
-        _gradient_case(142, "lstm", 3, 5, 2, 6),
+        _gradient_case(141, "rnn", 2, 6, 3, 4), _gradient_case(142, "lstm", 3, 5, 2, 6),
         _gradient_case(143, "rnn", 4, 8, 5, 5, dtype=torch.float64),
         _gradient_case(144, "lstm", 2, 12, 4, 8, dtype=torch.float64, hidden=True),
     ]
-
-
-def gradient_not_flipped(model, x):
-    x = x.detach().requires_grad_(True)
-    outputs, _ = model(x)
-    (grad,) = torch.autograd.grad(outputs[:, -1].sum(), x)
-    return grad.norm(dim=-1).mean(dim=0)
-
-
-def gradient_all_outputs(model, x):
-    x = x.detach().requires_grad_(True)
-    outputs, _ = model(x)
-    (grad,) = torch.autograd.grad(outputs.sum(), x)
-    return grad.norm(dim=-1).mean(dim=0).flip(0)
-
-
-def gradient_summed_over_batch(model, x):
-    x = x.detach().requires_grad_(True)
-    outputs, _ = model(x)
-    (grad,) = torch.autograd.grad(outputs[:, -1].sum(), x)
-    return grad.norm(dim=-1).sum(dim=0).flip(0)
-
-
-def gradient_squared_norm(model, x):
-    x = x.detach().requires_grad_(True)
-    outputs, _ = model(x)
-    (grad,) = torch.autograd.grad(outputs[:, -1].sum(), x)
-    return (grad**2).sum(dim=-1).mean(dim=0).flip(0)
 
 
 # ---------------------------------------------------------------- SequenceClassifier
@@ -321,149 +111,59 @@ def _classifier_case(seed, cell, B, T, vocab_size, d_emb, d_h, n_classes, hidden
 
 def classifier_cases():
     return [
-        _classifier_case(151, "rnn", 2, 5, 10, 4, 6, 2),
-        _classifier_case(152, "lstm", 3, 4, 7, 3, 5, 3),
-        _classifier_case(153, "lstm", 1, 6, 12, 5, 4, 2),
-        _classifier_case(154, "rnn", 4, 7, 9, 6, 8, 4, hidden=True),
+        _classifier_case(151, "rnn", 2, 5, 10, 4, 6, 2), _classifier_case(152, "lstm", 3, 4, 7, 3, 5, 3),
+        _classifier_case(153, "lstm", 1, 6, 12, 5, 4, 2), _classifier_case(154, "rnn", 4, 7, 9, 6, 8, 4, hidden=True),
         _classifier_case(155, "lstm", 4, 9, 11, 4, 6, 2, hidden=True),
     ]
-
-
-class ClassifierFirstStep(nn.Module):
-    def __init__(self, vocab_size, d_emb, d_h, n_classes, cell="lstm"):
-        super().__init__()
-        self.embed = nn.Embedding(vocab_size, d_emb)
-        self.rnn = (nn.RNN if cell == "rnn" else nn.LSTM)(d_emb, d_h, batch_first=True)
-        self.head = nn.Linear(d_h, n_classes)
-
-    def forward(self, tokens):
-        outputs, _ = self.rnn(self.embed(tokens))
-        return self.head(outputs[:, 0])
-
-
-class ClassifierMeanOverTime(nn.Module):
-    def __init__(self, vocab_size, d_emb, d_h, n_classes, cell="lstm"):
-        super().__init__()
-        self.embed = nn.Embedding(vocab_size, d_emb)
-        self.rnn = (nn.RNN if cell == "rnn" else nn.LSTM)(d_emb, d_h, batch_first=True)
-        self.head = nn.Linear(d_h, n_classes)
-
-    def forward(self, tokens):
-        outputs, _ = self.rnn(self.embed(tokens))
-        return self.head(outputs.mean(dim=1))
-
-
-class ClassifierNotBatchFirst(nn.Module):
-    def __init__(self, vocab_size, d_emb, d_h, n_classes, cell="lstm"):
-        super().__init__()
-        self.embed = nn.Embedding(vocab_size, d_emb)
-        self.rnn = (nn.RNN if cell == "rnn" else nn.LSTM)(d_emb, d_h)
-        self.head = nn.Linear(d_h, n_classes)
-
-    def forward(self, tokens):
-        outputs, _ = self.rnn(self.embed(tokens))
-        return self.head(outputs[:, -1])
-
-
-class ClassifierFromCellState(nn.Module):
-    def __init__(self, vocab_size, d_emb, d_h, n_classes, cell="lstm"):
-        super().__init__()
-        self.embed = nn.Embedding(vocab_size, d_emb)
-        self.rnn = (nn.RNN if cell == "rnn" else nn.LSTM)(d_emb, d_h, batch_first=True)
-        self.head = nn.Linear(d_h, n_classes)
-
-    def forward(self, tokens):
-        _, state = self.rnn(self.embed(tokens))
-        last = state[1][0] if isinstance(state, tuple) else state[0]
-        return self.head(last)
 
 
 # ---------------------------------------------------------------- the catalog
 
 NOT_CARRIED = "the hidden state is not carried from one step to the next: each step must start from the h it computed at the step before."
+NO_TANH = "you left out the tanh: h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)."
+PRE = "x_t @ W_ih.T + b_ih + h_prev @ W_hh.T + b_hh"  # rnn_cell's pre-activation
+STEP = "rnn_cell(x[:, t], h_t, W_ih, W_hh, b_ih, b_hh)"
+LSTM_STEP = "lstm_cell(x[:, t], state,"
 
 EXERCISES = [
-    Exercise(
-        "rnn_cell",
-        ref.rnn_cell,
-        points=1,
-        cases=rnn_cell_cases,
-        mistakes=[
-            Mistake("no_tanh", "you left out the tanh: h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh).", rnn_cell_no_tanh),
-            Mistake("swapped", "you swapped the weights: W_ih multiplies the input x_t and W_hh the previous hidden state h_{t-1}.", rnn_cell_swapped),
-            Mistake("not_transposed", "the weights are stored as (d_h, d_in), as in nn.RNN, so multiply by their transpose: x_t @ W_ih.T.", rnn_cell_not_transposed),
-            Mistake("one_bias", "you left out b_hh; PyTorch's RNN adds both biases, b_ih and b_hh.", rnn_cell_one_bias),
-            Mistake("relu", "you used ReLU; the course's RNN, like nn.RNN's default, uses tanh.", rnn_cell_relu),
-        ],
-    ),
-    Exercise(
-        "rnn_forward",
-        ref.rnn_forward,
-        points=2,
-        cases=rnn_forward_cases,
-        depends_on=("rnn_cell",),
-        returns=("outputs", "final hidden state"),
-        mistakes=[
-            Mistake("not_carried", NOT_CARRIED, rnn_forward_not_carried),
-            Mistake("time_major", "you stacked the outputs along a new first axis, giving (T, B, d_h); stack along dim=1 for batch-first (B, T, d_h).", rnn_forward_time_major),
-            Mistake("no_tanh", "you left out the tanh: h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh).", rnn_forward_no_tanh),
-            Mistake("ignores_h0", "you started from zeros instead of the given initial state h0.", rnn_forward_ignores_h0),
-        ],
-    ),
-    Exercise(
-        "lstm_cell",
-        ref.lstm_cell,
-        points=2,
-        cases=lstm_cell_cases,
-        returns=("h", "c"),
-        mistakes=[
-            Mistake("forget_on_candidate", "you applied the forget gate to the candidate and the input gate to the old cell; c_t = f * c_{t-1} + i * g.", lstm_cell_forget_on_candidate),
-            Mistake("output_before_tanh", "you applied the output gate before the tanh; h_t = o * tanh(c_t), not tanh(o * c_t).", lstm_cell_output_before_tanh),
-            Mistake("gate_order", "PyTorch stacks the gates in the order input, forget, candidate (g), output; you read them in another order.", lstm_cell_gate_order_ifog),
-            Mistake("no_tanh_on_cell", "you left out the tanh of the cell state: h_t = o * tanh(c_t).", lstm_cell_no_tanh_on_cell),
-            Mistake("sigmoid_candidate", "the candidate g goes through tanh (values in -1..1), not sigmoid; only the three gates use sigmoid.", lstm_cell_sigmoid_candidate),
-        ],
-    ),
-    Exercise(
-        "lstm_forward",
-        ref.lstm_forward,
-        points=2,
-        cases=lstm_forward_cases,
-        depends_on=("lstm_cell",),
-        returns=("outputs", "final (h, c)"),
-        mistakes=[
-            Mistake("cell_not_carried", "the cell state c is not carried from one step to the next: each step must start from the c it computed at the step before.", lstm_forward_cell_not_carried),
-            Mistake("hidden_not_carried", NOT_CARRIED, lstm_forward_hidden_not_carried),
-            Mistake("outputs_are_cells", "the outputs are the hidden states h_t, not the cell states c_t.", lstm_forward_outputs_are_cells),
-            Mistake("state_swapped", "return the final state as (h_T, c_T), in that order, as nn.LSTM does.", lstm_forward_state_swapped),
-        ],
-    ),
-    Exercise(
-        "gradient_norm_by_distance",
-        ref.gradient_norm_by_distance,
-        points=2,
-        cases=gradient_cases,
-        mistakes=[
-            Mistake("not_flipped", "your norms are in position order; entry d must be the input d steps before the end, so flip the time axis.", gradient_not_flipped),
-            Mistake("all_outputs", "you backpropagated from the sum of every output; take only the last output, outputs[:, -1].", gradient_all_outputs),
-            Mistake("summed_over_batch", "you summed the norms over the batch; average them (mean over dim 0).", gradient_summed_over_batch),
-            Mistake("squared_norm", "you returned the squared norm; take the Euclidean norm, grad.norm(dim=-1).", gradient_squared_norm),
-        ],
-    ),
-    Exercise(
-        "SequenceClassifier",
-        ref.SequenceClassifier,
-        points=2,
-        cases=classifier_cases,
-        kind="module",
-        parts={"RNN": 1, "LSTM": 1},
-        mistakes=[
-            Mistake("first_step", "you classified from the first step's output; the last one, outputs[:, -1], is the one that has read the whole sentence.", ClassifierFirstStep),
-            Mistake("mean_over_time", "you averaged the outputs over time; classify from the last step's output, outputs[:, -1].", ClassifierMeanOverTime),
-            Mistake("not_batch_first", "your recurrent layer is not batch_first, so it reads the batch axis as time; pass batch_first=True.", ClassifierNotBatchFirst),
-            Mistake("cell_state", "an LSTM's final state is (h, c); classify from the hidden state h, not the cell state c.", ClassifierFromCellState),
-        ],
-    ),
+    Exercise("rnn_cell", ref.rnn_cell, points=1, cases=rnn_cell_cases, mistakes=[
+        Mistake("no_tanh", NO_TANH, swap(f"torch.tanh({PRE})", PRE)),
+        Mistake("swapped", "you swapped the weights: W_ih multiplies the input x_t and W_hh the previous hidden state h_{t-1}.", swap(PRE, "x_t @ W_hh.T + b_ih + h_prev @ W_ih.T + b_hh")),
+        Mistake("not_transposed", "the weights are stored as (d_h, d_in), as in nn.RNN, so multiply by their transpose: x_t @ W_ih.T.", swap(".T", "", every=True)),
+        Mistake("one_bias", "you left out b_hh; PyTorch's RNN adds both biases, b_ih and b_hh.", swap(" + h_prev @ W_hh.T + b_hh", " + h_prev @ W_hh.T")),
+        Mistake("relu", "you used ReLU; the course's RNN, like nn.RNN's default, uses tanh.", swap("torch.tanh", "torch.relu")),
+    ]),
+    Exercise("rnn_forward", ref.rnn_forward, points=2, cases=rnn_forward_cases, depends_on=("rnn_cell",), returns=("outputs", "final hidden state"), mistakes=[
+        Mistake("not_carried", NOT_CARRIED, swap(STEP, "rnn_cell(x[:, t], h0, W_ih, W_hh, b_ih, b_hh)")),
+        Mistake("time_major", "you stacked the outputs along a new first axis, giving (T, B, d_h); stack along dim=1 for batch-first (B, T, d_h).", swap("torch.stack(outputs, dim=1)", "torch.stack(outputs)")),
+        Mistake("no_tanh", NO_TANH, swap(STEP, "x[:, t] @ W_ih.T + b_ih + h_t @ W_hh.T + b_hh")),
+        Mistake("ignores_h0", "you started from zeros instead of the given initial state h0.", swap("h_t = h0", "h_t = torch.zeros_like(h0)")),
+    ]),
+    Exercise("lstm_cell", ref.lstm_cell, points=2, cases=lstm_cell_cases, returns=("h", "c"), mistakes=[
+        Mistake("forget_on_candidate", "you applied the forget gate to the candidate and the input gate to the old cell; c_t = f * c_{t-1} + i * g.", swap("f * c_prev + i * g", "i * c_prev + f * g")),
+        Mistake("output_before_tanh", "you applied the output gate before the tanh; h_t = o * tanh(c_t), not tanh(o * c_t).", swap("o * torch.tanh(c_t)", "torch.tanh(o * c_t)")),
+        Mistake("gate_order", "PyTorch stacks the gates in the order input, forget, candidate (g), output; you read them in another order.", swap("i, f, g, o = z.chunk", "i, f, o, g = z.chunk")),
+        Mistake("no_tanh_on_cell", "you left out the tanh of the cell state: h_t = o * tanh(c_t).", swap("o * torch.tanh(c_t)", "o * c_t")),
+        Mistake("sigmoid_candidate", "the candidate g goes through tanh (values in -1..1), not sigmoid; only the three gates use sigmoid.", swap("torch.tanh(g)", "torch.sigmoid(g)")),
+    ]),
+    Exercise("lstm_forward", ref.lstm_forward, points=2, cases=lstm_forward_cases, depends_on=("lstm_cell",), returns=("outputs", "final (h, c)"), mistakes=[
+        Mistake("cell_not_carried", "the cell state c is not carried from one step to the next: each step must start from the c it computed at the step before.", swap(LSTM_STEP, "lstm_cell(x[:, t], (state[0], state0[1]),")),
+        Mistake("hidden_not_carried", NOT_CARRIED, swap(LSTM_STEP, "lstm_cell(x[:, t], (state0[0], state[1]),")),
+        Mistake("outputs_are_cells", "the outputs are the hidden states h_t, not the cell states c_t.", swap("outputs.append(state[0])", "outputs.append(state[1])")),
+        Mistake("state_swapped", "return the final state as (h_T, c_T), in that order, as nn.LSTM does.", swap("dim=1), state", "dim=1), (state[1], state[0])")),
+    ]),
+    Exercise("gradient_norm_by_distance", ref.gradient_norm_by_distance, points=2, cases=gradient_cases, mistakes=[
+        Mistake("not_flipped", "your norms are in position order; entry d must be the input d steps before the end, so flip the time axis.", swap(".flip(0)", "")),
+        Mistake("all_outputs", "you backpropagated from the sum of every output; take only the last output, outputs[:, -1].", swap("grad(outputs[:, -1].sum()", "grad(outputs.sum()")),
+        Mistake("summed_over_batch", "you summed the norms over the batch; average them (mean over dim 0).", swap(".mean(dim=0)", ".sum(dim=0)")),
+        Mistake("squared_norm", "you returned the squared norm; take the Euclidean norm, grad.norm(dim=-1).", swap("grad.norm(dim=-1)", "(grad**2).sum(dim=-1)")),
+    ]),
+    Exercise("SequenceClassifier", ref.SequenceClassifier, points=2, cases=classifier_cases, kind="module", parts={"RNN": 1, "LSTM": 1}, mistakes=[
+        Mistake("first_step", "you classified from the first step's output; the last one, outputs[:, -1], is the one that has read the whole sentence.", swap("outputs[:, -1]", "outputs[:, 0]")),
+        Mistake("mean_over_time", "you averaged the outputs over time; classify from the last step's output, outputs[:, -1].", swap("outputs[:, -1]", "outputs.mean(dim=1)")),
+        Mistake("not_batch_first", "your recurrent layer is not batch_first, so it reads the batch axis as time; pass batch_first=True.", swap("recurrent(d_emb, d_h, batch_first=True)", "recurrent(d_emb, d_h)")),
+        Mistake("cell_state", "an LSTM's final state is (h, c); classify from the hidden state h, not the cell state c.", swap("outputs, _ = self.rnn", "outputs, state = self.rnn") & swap("outputs[:, -1]", "state[1][0] if isinstance(state, tuple) else state[0]")),
+    ]),
 ]
 
 DEMO_MISTAKES = [("rnn_forward", "not_carried"), ("lstm_cell", "forget_on_candidate")]

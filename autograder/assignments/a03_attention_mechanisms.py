@@ -1,18 +1,14 @@
 """Checks for notebook 03: attention in a recurrent encoder-decoder.
 
-Each known mistake is a complete wrong implementation, written as a learner
-would write it, self-contained (only torch, math, nn, F): the tests paste
-every one into a notebook and grade it with nbgrader. The module mistakes keep
-the reference's parameter names, so the check can load the reference weights.
+Each known mistake is a small edit of the reference's own source
+(autograder.mutants.swap); the module mistakes keep the reference's submodules
+and parameter names, so the check can load the reference weights.
 """
-import math
-
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from autograder.core import Call, Case, Exercise, Mistake
 from autograder.inputs import Draw, dims
+from autograder.mutants import swap
 from solutions_lib import seq2seq_attention as ref
 
 NOTEBOOK = "03_attention_mechanisms"
@@ -36,198 +32,44 @@ def _score_case(seed, B, T, d_s, d_h, dtype=torch.float32, hidden=False, init=No
 
 def dot_cases():
     return [
-        _score_case(1, 2, 5, 8, 8),
-        _score_case(2, 3, 1, 4, 4),
-        _score_case(3, 4, 6, 16, 16, dtype=torch.float64),
+        _score_case(1, 2, 5, 8, 8), _score_case(2, 3, 1, 4, 4), _score_case(3, 4, 6, 16, 16, dtype=torch.float64),
         _score_case(4, 5, 9, 12, 12, hidden=True),
     ]
 
 
-def dot_summed_over_time(s, h):
-    return (s.unsqueeze(1) * h).sum(dim=1)
-
-
-def dot_scaled(s, h):
-    return (h @ s.unsqueeze(-1)).squeeze(-1) / math.sqrt(h.size(-1))
-
-
-def dot_every_query(s, h):
-    return h @ s.T
-
-
 def scaled_cases():
     return [
-        _score_case(11, 2, 5, 8, 8),
-        _score_case(12, 3, 4, 64, 64),
-        _score_case(13, 4, 6, 16, 16, dtype=torch.float64),
+        _score_case(11, 2, 5, 8, 8), _score_case(12, 3, 4, 64, 64), _score_case(13, 4, 6, 16, 16, dtype=torch.float64),
         _score_case(14, 2, 7, 32, 32, hidden=True),
     ]
 
 
-def scaled_unscaled(s, h):
-    return (h @ s.unsqueeze(-1)).squeeze(-1)
-
-
-def scaled_by_d(s, h):
-    return (h @ s.unsqueeze(-1)).squeeze(-1) / h.size(-1)
-
-
-def scaled_by_T(s, h):
-    return (h @ s.unsqueeze(-1)).squeeze(-1) / math.sqrt(h.size(1))
-
-
 def general_cases():
     return [
-        _score_case(21, 2, 5, 6, 6, init=(6, 6)),
-        _score_case(22, 3, 4, 4, 7, init=(4, 7)),
-        _score_case(23, 1, 6, 8, 5, init=(8, 5)),
-        _score_case(24, 4, 7, 10, 6, init=(10, 6), hidden=True),
+        _score_case(21, 2, 5, 6, 6, init=(6, 6)), _score_case(22, 3, 4, 4, 7, init=(4, 7)),
+        _score_case(23, 1, 6, 8, 5, init=(8, 5)), _score_case(24, 4, 7, 10, 6, init=(10, 6), hidden=True),
     ]
-
-
-class GeneralNoW(nn.Module):
-    def __init__(self, d_s, d_h):
-        super().__init__()
-        self.W = nn.Linear(d_h, d_s, bias=False)
-
-    def forward(self, s, h):
-        return (h @ s.unsqueeze(-1)).squeeze(-1)
-
-
-class GeneralWOnState(nn.Module):
-    def __init__(self, d_s, d_h):
-        super().__init__()
-        self.W = nn.Linear(d_h, d_s, bias=False)
-
-    def forward(self, s, h):
-        return (h @ self.W(s).unsqueeze(-1)).squeeze(-1)
-
-
-class GeneralScaled(nn.Module):
-    def __init__(self, d_s, d_h):
-        super().__init__()
-        self.W = nn.Linear(d_h, d_s, bias=False)
-
-    def forward(self, s, h):
-        return (self.W(h) @ s.unsqueeze(-1)).squeeze(-1) / math.sqrt(s.size(-1))
 
 
 def additive_cases():
     return [
-        _score_case(31, 2, 5, 6, 6, init=(6, 6, 4)),
-        _score_case(32, 3, 4, 4, 7, init=(4, 7, 5)),
-        _score_case(33, 1, 6, 8, 5, init=(8, 5, 8)),
-        _score_case(34, 4, 7, 10, 6, init=(10, 6, 3), hidden=True),
+        _score_case(31, 2, 5, 6, 6, init=(6, 6, 4)), _score_case(32, 3, 4, 4, 7, init=(4, 7, 5)),
+        _score_case(33, 1, 6, 8, 5, init=(8, 5, 8)), _score_case(34, 4, 7, 10, 6, init=(10, 6, 3), hidden=True),
     ]
-
-
-class AdditiveNoTanh(nn.Module):
-    def __init__(self, d_s, d_h, d_a):
-        super().__init__()
-        self.W1 = nn.Linear(d_h, d_a, bias=False)
-        self.W2 = nn.Linear(d_s, d_a, bias=False)
-        self.v = nn.Linear(d_a, 1, bias=False)
-
-    def forward(self, s, h):
-        return self.v(self.W1(h) + self.W2(s).unsqueeze(1)).squeeze(-1)
-
-
-class AdditiveSumInsteadOfV(nn.Module):
-    def __init__(self, d_s, d_h, d_a):
-        super().__init__()
-        self.W1 = nn.Linear(d_h, d_a, bias=False)
-        self.W2 = nn.Linear(d_s, d_a, bias=False)
-        self.v = nn.Linear(d_a, 1, bias=False)
-
-    def forward(self, s, h):
-        return torch.tanh(self.W1(h) + self.W2(s).unsqueeze(1)).sum(-1)
-
-
-class AdditiveTanhAfterV(nn.Module):
-    def __init__(self, d_s, d_h, d_a):
-        super().__init__()
-        self.W1 = nn.Linear(d_h, d_a, bias=False)
-        self.W2 = nn.Linear(d_s, d_a, bias=False)
-        self.v = nn.Linear(d_a, 1, bias=False)
-
-    def forward(self, s, h):
-        return torch.tanh(self.v(self.W1(h) + self.W2(s).unsqueeze(1))).squeeze(-1)
-
-
-class AdditiveSwapped(nn.Module):
-    def __init__(self, d_s, d_h, d_a):
-        super().__init__()
-        self.W1 = nn.Linear(d_h, d_a, bias=False)
-        self.W2 = nn.Linear(d_s, d_a, bias=False)
-        self.v = nn.Linear(d_a, 1, bias=False)
-
-    def forward(self, s, h):
-        return self.v(torch.tanh(self.W2(h) + self.W1(s).unsqueeze(1))).squeeze(-1)
 
 
 def cosine_cases():
     return [
-        _score_case(41, 2, 5, 8, 8),
-        _score_case(42, 3, 4, 3, 3),
-        _score_case(43, 4, 6, 16, 16, dtype=torch.float64),
+        _score_case(41, 2, 5, 8, 8), _score_case(42, 3, 4, 3, 3), _score_case(43, 4, 6, 16, 16, dtype=torch.float64),
         _score_case(44, 5, 9, 12, 12, dtype=torch.float64, hidden=True),
     ]
 
 
-def cosine_only_query_normalised(s, h, eps=1e-8):
-    s = s / s.norm(dim=-1, keepdim=True)
-    return (h @ s.unsqueeze(-1)).squeeze(-1)
-
-
-def cosine_only_keys_normalised(s, h, eps=1e-8):
-    h = h / h.norm(dim=-1, keepdim=True)
-    return (h @ s.unsqueeze(-1)).squeeze(-1)
-
-
-def cosine_norm_over_time(s, h, eps=1e-8):
-    s = s / s.norm(dim=-1, keepdim=True)
-    h = h / h.norm(dim=1, keepdim=True)
-    return (h @ s.unsqueeze(-1)).squeeze(-1)
-
-
-def cosine_unnormalised(s, h, eps=1e-8):
-    return (h @ s.unsqueeze(-1)).squeeze(-1)
-
-
 def location_cases():
     return [
-        _score_case(51, 2, 5, 6, 4, init=(6, 8)),
-        _score_case(52, 3, 8, 4, 4, init=(4, 8)),
-        _score_case(53, 1, 3, 5, 7, init=(5, 10)),
-        _score_case(54, 4, 6, 8, 3, init=(8, 12), hidden=True),
+        _score_case(51, 2, 5, 6, 4, init=(6, 8)), _score_case(52, 3, 8, 4, 4, init=(4, 8)),
+        _score_case(53, 1, 3, 5, 7, init=(5, 10)), _score_case(54, 4, 6, 8, 3, init=(8, 12), hidden=True),
     ]
-
-
-class LocationAllPositions(nn.Module):
-    def __init__(self, d_s, max_len):
-        super().__init__()
-        self.W = nn.Linear(d_s, max_len, bias=False)
-
-    def forward(self, s, h):
-        return self.W(s)
-
-
-class LocationLastPositions(nn.Module):
-    def __init__(self, d_s, max_len):
-        super().__init__()
-        self.W = nn.Linear(d_s, max_len, bias=False)
-
-    def forward(self, s, h):
-        return self.W(s)[:, -h.size(1):]
-
-
-class LocationWithSoftmax(nn.Module):
-    def __init__(self, d_s, max_len):
-        super().__init__()
-        self.W = nn.Linear(d_s, max_len, bias=False)
-
-    def forward(self, s, h):
-        return torch.softmax(self.W(s)[:, : h.size(1)], dim=-1)
 
 
 # ---------------------------------------------------------------- weights and context
@@ -247,37 +89,10 @@ def _weights_case(seed, B, T, mask=False, dtype=torch.float32, hidden=False):
 
 def weights_cases():
     return [
-        _weights_case(61, 3, 5),
-        _weights_case(62, 1, 7),
-        _weights_case(63, 4, 6, dtype=torch.float64),
-        _weights_case(64, 3, 6, mask=True),
-        _weights_case(65, 2, 8, mask=True, dtype=torch.float64),
-        _weights_case(66, 5, 4, hidden=True),
-        _weights_case(67, 4, 9, mask=True, hidden=True),
+        _weights_case(61, 3, 5), _weights_case(62, 1, 7), _weights_case(63, 4, 6, dtype=torch.float64),
+        _weights_case(64, 3, 6, mask=True), _weights_case(65, 2, 8, mask=True, dtype=torch.float64),
+        _weights_case(66, 5, 4, hidden=True), _weights_case(67, 4, 9, mask=True, hidden=True),
     ]
-
-
-def weights_over_batch(scores, mask=None):
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.softmax(scores, dim=0)
-
-
-def weights_mask_after_softmax(scores, mask=None):
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)
-    return weights
-
-
-def weights_mask_inverted(scores, mask=None):
-    if mask is not None:
-        scores = scores.masked_fill(mask, float("-inf"))
-    return torch.softmax(scores, dim=-1)
-
-
-def weights_mask_ignored(scores, mask=None):
-    return torch.softmax(scores, dim=-1)
 
 
 def _context_case(seed, B, T, d_h, dtype=torch.float32, hidden=False):
@@ -291,27 +106,9 @@ def _context_case(seed, B, T, d_h, dtype=torch.float32, hidden=False):
 
 def context_cases():
     return [
-        _context_case(71, 2, 5, 8),
-        _context_case(72, 3, 3, 3),
-        _context_case(73, 4, 6, 5, dtype=torch.float64),
+        _context_case(71, 2, 5, 8), _context_case(72, 3, 3, 3), _context_case(73, 4, 6, 5, dtype=torch.float64),
         _context_case(74, 5, 7, 6, hidden=True),
     ]
-
-
-def context_summed_over_features(alpha, h):
-    return (alpha.unsqueeze(-1) * h).sum(dim=-1)
-
-
-def context_summed_over_batch(alpha, h):
-    return (alpha.unsqueeze(-1) * h).sum(dim=0)
-
-
-def context_mean(alpha, h):
-    return (alpha.unsqueeze(-1) * h).mean(dim=1)
-
-
-def context_unweighted(alpha, h):
-    return h.sum(dim=1)
 
 
 # ---------------------------------------------------------------- the decoder step
@@ -331,88 +128,9 @@ def _step_case(seed, B, T, vocab, d_emb, d_h, mask=False, hidden=False):
 
 def step_cases():
     return [
-        _step_case(81, 2, 5, 11, 4, 6),
-        _step_case(82, 3, 7, 9, 5, 8),
-        _step_case(83, 3, 6, 11, 4, 6, mask=True),
-        _step_case(84, 4, 8, 13, 6, 5, hidden=True),
-        _step_case(85, 2, 9, 7, 3, 4, mask=True, hidden=True),
+        _step_case(81, 2, 5, 11, 4, 6), _step_case(82, 3, 7, 9, 5, 8), _step_case(83, 3, 6, 11, 4, 6, mask=True),
+        _step_case(84, 4, 8, 13, 6, 5, hidden=True), _step_case(85, 2, 9, 7, 3, 4, mask=True, hidden=True),
     ]
-
-
-
-
-class StepOldState(nn.Module):
-    def __init__(self, vocab_size, d_emb, d_h):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_emb)
-        self.cell = nn.GRUCell(d_emb, d_h)
-        self.attention = nn.ModuleDict({"W1": nn.Linear(d_h, d_h, bias=False), "W2": nn.Linear(d_h, d_h, bias=False), "v": nn.Linear(d_h, 1, bias=False)})
-        self.out = nn.Linear(2 * d_h, vocab_size)
-
-    def forward(self, y_prev, s_prev, h, mask=None):
-        s = self.cell(self.embedding(y_prev), s_prev)
-        att = self.attention
-        scores = att["v"](torch.tanh(att["W1"](h) + att["W2"](s_prev).unsqueeze(1))).squeeze(-1)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        alpha = torch.softmax(scores, dim=-1)
-        a = (alpha.unsqueeze(-1) * h).sum(dim=1)
-        return self.out(torch.cat([a, s], dim=-1)), s, alpha
-
-
-class StepSwappedConcat(nn.Module):
-    def __init__(self, vocab_size, d_emb, d_h):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_emb)
-        self.cell = nn.GRUCell(d_emb, d_h)
-        self.attention = nn.ModuleDict({"W1": nn.Linear(d_h, d_h, bias=False), "W2": nn.Linear(d_h, d_h, bias=False), "v": nn.Linear(d_h, 1, bias=False)})
-        self.out = nn.Linear(2 * d_h, vocab_size)
-
-    def forward(self, y_prev, s_prev, h, mask=None):
-        s = self.cell(self.embedding(y_prev), s_prev)
-        att = self.attention
-        scores = att["v"](torch.tanh(att["W1"](h) + att["W2"](s).unsqueeze(1))).squeeze(-1)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        alpha = torch.softmax(scores, dim=-1)
-        a = (alpha.unsqueeze(-1) * h).sum(dim=1)
-        return self.out(torch.cat([s, a], dim=-1)), s, alpha
-
-
-class StepSoftmaxOverBatch(nn.Module):
-    def __init__(self, vocab_size, d_emb, d_h):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_emb)
-        self.cell = nn.GRUCell(d_emb, d_h)
-        self.attention = nn.ModuleDict({"W1": nn.Linear(d_h, d_h, bias=False), "W2": nn.Linear(d_h, d_h, bias=False), "v": nn.Linear(d_h, 1, bias=False)})
-        self.out = nn.Linear(2 * d_h, vocab_size)
-
-    def forward(self, y_prev, s_prev, h, mask=None):
-        s = self.cell(self.embedding(y_prev), s_prev)
-        att = self.attention
-        scores = att["v"](torch.tanh(att["W1"](h) + att["W2"](s).unsqueeze(1))).squeeze(-1)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        alpha = torch.softmax(scores, dim=0)
-        a = (alpha.unsqueeze(-1) * h).sum(dim=1)
-        return self.out(torch.cat([a, s], dim=-1)), s, alpha
-
-
-class StepIgnoresMask(nn.Module):
-    def __init__(self, vocab_size, d_emb, d_h):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_emb)
-        self.cell = nn.GRUCell(d_emb, d_h)
-        self.attention = nn.ModuleDict({"W1": nn.Linear(d_h, d_h, bias=False), "W2": nn.Linear(d_h, d_h, bias=False), "v": nn.Linear(d_h, 1, bias=False)})
-        self.out = nn.Linear(2 * d_h, vocab_size)
-
-    def forward(self, y_prev, s_prev, h, mask=None):
-        s = self.cell(self.embedding(y_prev), s_prev)
-        att = self.attention
-        scores = att["v"](torch.tanh(att["W1"](h) + att["W2"](s).unsqueeze(1))).squeeze(-1)
-        alpha = torch.softmax(scores, dim=-1)
-        a = (alpha.unsqueeze(-1) * h).sum(dim=1)
-        return self.out(torch.cat([a, s], dim=-1)), s, alpha
 
 
 # ---------------------------------------------------------------- the whole model
@@ -435,257 +153,90 @@ def _seq2seq_case(seed, lengths, T_out, vocab, d_emb, d_h, hidden=False):
 
 def seq2seq_cases():
     return [
-        _seq2seq_case(91, [5, 5], 4, 12, 4, 6),
-        _seq2seq_case(92, [6, 3, 4], 5, 10, 5, 8),
+        _seq2seq_case(91, [5, 5], 4, 12, 4, 6), _seq2seq_case(92, [6, 3, 4], 5, 10, 5, 8),
         _seq2seq_case(93, [2, 7, 7, 5], 3, 9, 3, 5, hidden=True),
     ]
-
-
-class Seq2SeqPaddedEnd(nn.Module):
-    def __init__(self, vocab_size, d_emb, d_h):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_emb)
-        self.encoder = nn.GRU(d_emb, d_h, batch_first=True)
-        self.decoder = nn.ModuleDict({
-            "embedding": nn.Embedding(vocab_size, d_emb),
-            "cell": nn.GRUCell(d_emb, d_h),
-            "attention": nn.ModuleDict({"W1": nn.Linear(d_h, d_h, bias=False), "W2": nn.Linear(d_h, d_h, bias=False), "v": nn.Linear(d_h, 1, bias=False)}),
-            "out": nn.Linear(2 * d_h, vocab_size),
-        })
-
-    def forward(self, src, tgt_in):
-        mask = src != 0
-        h, last = self.encoder(self.embedding(src))
-        s = last[0]
-        dec, att = self.decoder, self.decoder["attention"]
-        logits, alphas = [], []
-        for t in range(tgt_in.size(1)):
-            s = dec["cell"](dec["embedding"](tgt_in[:, t]), s)
-            scores = att["v"](torch.tanh(att["W1"](h) + att["W2"](s).unsqueeze(1))).squeeze(-1)
-            alpha = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-            a = (alpha.unsqueeze(-1) * h).sum(dim=1)
-            logits.append(dec["out"](torch.cat([a, s], dim=-1)))
-            alphas.append(alpha)
-        return torch.stack(logits, dim=1), torch.stack(alphas, dim=1)
-
-
-class Seq2SeqZeroState(nn.Module):
-    def __init__(self, vocab_size, d_emb, d_h):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_emb)
-        self.encoder = nn.GRU(d_emb, d_h, batch_first=True)
-        self.decoder = nn.ModuleDict({
-            "embedding": nn.Embedding(vocab_size, d_emb),
-            "cell": nn.GRUCell(d_emb, d_h),
-            "attention": nn.ModuleDict({"W1": nn.Linear(d_h, d_h, bias=False), "W2": nn.Linear(d_h, d_h, bias=False), "v": nn.Linear(d_h, 1, bias=False)}),
-            "out": nn.Linear(2 * d_h, vocab_size),
-        })
-
-    def forward(self, src, tgt_in):
-        mask = src != 0
-        h, _ = self.encoder(self.embedding(src))
-        s = torch.zeros(src.size(0), h.size(-1))
-        dec, att = self.decoder, self.decoder["attention"]
-        logits, alphas = [], []
-        for t in range(tgt_in.size(1)):
-            s = dec["cell"](dec["embedding"](tgt_in[:, t]), s)
-            scores = att["v"](torch.tanh(att["W1"](h) + att["W2"](s).unsqueeze(1))).squeeze(-1)
-            alpha = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-            a = (alpha.unsqueeze(-1) * h).sum(dim=1)
-            logits.append(dec["out"](torch.cat([a, s], dim=-1)))
-            alphas.append(alpha)
-        return torch.stack(logits, dim=1), torch.stack(alphas, dim=1)
-
-
-class Seq2SeqNoPaddingMask(nn.Module):
-    def __init__(self, vocab_size, d_emb, d_h):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_emb)
-        self.encoder = nn.GRU(d_emb, d_h, batch_first=True)
-        self.decoder = nn.ModuleDict({
-            "embedding": nn.Embedding(vocab_size, d_emb),
-            "cell": nn.GRUCell(d_emb, d_h),
-            "attention": nn.ModuleDict({"W1": nn.Linear(d_h, d_h, bias=False), "W2": nn.Linear(d_h, d_h, bias=False), "v": nn.Linear(d_h, 1, bias=False)}),
-            "out": nn.Linear(2 * d_h, vocab_size),
-        })
-
-    def forward(self, src, tgt_in):
-        mask = src != 0
-        h, _ = self.encoder(self.embedding(src))
-        s = h[torch.arange(src.size(0)), mask.sum(dim=1) - 1]
-        dec, att = self.decoder, self.decoder["attention"]
-        logits, alphas = [], []
-        for t in range(tgt_in.size(1)):
-            s = dec["cell"](dec["embedding"](tgt_in[:, t]), s)
-            scores = att["v"](torch.tanh(att["W1"](h) + att["W2"](s).unsqueeze(1))).squeeze(-1)
-            alpha = torch.softmax(scores, dim=-1)
-            a = (alpha.unsqueeze(-1) * h).sum(dim=1)
-            logits.append(dec["out"](torch.cat([a, s], dim=-1)))
-            alphas.append(alpha)
-        return torch.stack(logits, dim=1), torch.stack(alphas, dim=1)
-
-
-class Seq2SeqFeedsOwnPredictions(nn.Module):
-    def __init__(self, vocab_size, d_emb, d_h):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_emb)
-        self.encoder = nn.GRU(d_emb, d_h, batch_first=True)
-        self.decoder = nn.ModuleDict({
-            "embedding": nn.Embedding(vocab_size, d_emb),
-            "cell": nn.GRUCell(d_emb, d_h),
-            "attention": nn.ModuleDict({"W1": nn.Linear(d_h, d_h, bias=False), "W2": nn.Linear(d_h, d_h, bias=False), "v": nn.Linear(d_h, 1, bias=False)}),
-            "out": nn.Linear(2 * d_h, vocab_size),
-        })
-
-    def forward(self, src, tgt_in):
-        mask = src != 0
-        h, _ = self.encoder(self.embedding(src))
-        s = h[torch.arange(src.size(0)), mask.sum(dim=1) - 1]
-        dec, att = self.decoder, self.decoder["attention"]
-        logits, alphas = [], []
-        y = tgt_in[:, 0]
-        for t in range(tgt_in.size(1)):
-            s = dec["cell"](dec["embedding"](y), s)
-            scores = att["v"](torch.tanh(att["W1"](h) + att["W2"](s).unsqueeze(1))).squeeze(-1)
-            alpha = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-            a = (alpha.unsqueeze(-1) * h).sum(dim=1)
-            logits.append(dec["out"](torch.cat([a, s], dim=-1)))
-            alphas.append(alpha)
-            y = logits[-1].argmax(dim=-1)
-        return torch.stack(logits, dim=1), torch.stack(alphas, dim=1)
 
 
 # ---------------------------------------------------------------- the catalog
 
 UNSCALED = "you did not divide by sqrt(d_h), the width of the vectors."
 SOFTMAX_BATCH = "you took the softmax over the batch (dim=0); each example's weights over its source positions (dim=-1) must sum to 1."
+DOT = "(h @ s.unsqueeze(-1)).squeeze(-1)"
+SCALE = " / math.sqrt(h.size(-1))"
+ADDITIVE_SUM = "torch.tanh(self.W1(h) + self.W2(s).unsqueeze(1))"
+NORM_S = "    s = s / s.norm(dim=-1, keepdim=True).clamp_min(eps)\n"
+NORM_H = "    h = h / h.norm(dim=-1, keepdim=True).clamp_min(eps)\n"
+MASK_FILL = 'scores = scores.masked_fill(~mask, float("-inf"))'
+FIRST_T = "self.W(s)[:, : h.size(1)]"
+STEP_WEIGHTS = "alpha = attention_weights(self.attention(s, h), mask)"
+START = "h[torch.arange(src.size(0), device=src.device), last]"
+FEED = "self.decoder(tgt_in[:, t], s, h, mask)"
 
 EXERCISES = [
+    Exercise("dot_score", ref.dot_score, points=1, cases=dot_cases, mistakes=[
+        Mistake("summed_over_time", "you summed over the source positions (dim=1); sum the products over the features, one score per position.", swap(DOT, "(s.unsqueeze(1) * h).sum(dim=1)")),
+        Mistake("scaled", "this is the plain dot product: do not divide by sqrt(d_h) here (that is the next exercise).", swap(DOT, DOT + SCALE)),
+        Mistake("every_query", "h @ s.T scores every decoder state of the batch against every sequence; each example's state meets only its own encoder states (h @ s.unsqueeze(-1)).", swap(DOT, "h @ s.T")),
+    ]),
+    Exercise("scaled_dot_score", ref.scaled_dot_score, points=1, cases=scaled_cases, mistakes=[
+        Mistake("unscaled", UNSCALED, swap(SCALE)),
+        Mistake("by_d", "you divided by d_h instead of sqrt(d_h).", swap(SCALE, " / h.size(-1)")),
+        Mistake("by_T", "you divided by the square root of the number of source positions T; the scale is sqrt(d_h), the width of the vectors.", swap(SCALE, " / math.sqrt(h.size(1))")),
+    ]),
+    Exercise("GeneralScore", ref.GeneralScore, points=1, cases=general_cases, kind="module", mistakes=[
+        Mistake("no_W", "you left out W: the general score is s^T W h_i, i.e. s · W(h_i).", swap("dot_score(s, self.W(h))", "dot_score(s, h)")),
+        Mistake("W_on_state", "you applied W to the decoder state; with self.W = nn.Linear(d_h, d_s) it maps the encoder states: s · W(h_i).", swap("dot_score(s, self.W(h))", "dot_score(self.W(s), h)")),
+        Mistake("scaled", "the general score is not scaled: do not divide by sqrt(d).", swap("dot_score(s, self.W(h))", "dot_score(s, self.W(h)) / math.sqrt(s.size(-1))")),
+    ]),
+    Exercise("AdditiveScore", ref.AdditiveScore, points=2, cases=additive_cases, kind="module", mistakes=[
+        Mistake("no_tanh", "the additive score is missing its tanh: v^T tanh(W1 h_i + W2 s); without it the score is linear.", swap(ADDITIVE_SUM, "self.W1(h) + self.W2(s).unsqueeze(1)")),
+        Mistake("sum_instead_of_v", "you summed the tanh features instead of weighting them with v: apply self.v to them.", swap("self.v(hidden).squeeze(-1)", "hidden.sum(-1)")),
+        Mistake("tanh_after_v", "the tanh goes inside, before v: v^T tanh(W1 h_i + W2 s), not tanh(v^T (...)).", swap(ADDITIVE_SUM, "self.W1(h) + self.W2(s).unsqueeze(1)") & swap("self.v(hidden)", "torch.tanh(self.v(hidden))")),
+        Mistake("swapped", "W1 maps the encoder states h and W2 the decoder state s; you swapped them.", swap("self.W1(h) + self.W2(s)", "self.W2(h) + self.W1(s)")),
+    ]),
+    Exercise("cosine_score", ref.cosine_score, points=1, cases=cosine_cases, mistakes=[
+        Mistake("only_query", "you normalised only the decoder state s; divide by the norm of each h_i too.", swap(NORM_H)),
+        Mistake("only_keys", "you normalised only the encoder states h_i; divide by the norm of s too.", swap(NORM_S)),
+        Mistake("norm_over_time", "you took the norm of h over the source positions (dim=1); each h_i is normalised over its features (dim=-1).", swap("h.norm(dim=-1", "h.norm(dim=1")),
+        Mistake("unnormalised", "this is the plain dot product: divide by |s| |h_i| to get a cosine.", swap(NORM_S) & swap(NORM_H)),
+    ]),
+    Exercise("LocationScore", ref.LocationScore, points=1, cases=location_cases, kind="module", mistakes=[
+        Mistake("all_positions", "return only the first T scores (T = h.size(1)), one per source position, not all max_len of them.", swap(FIRST_T, "self.W(s)")),
+        Mistake("last_positions", "keep the first T scores, for positions 0..T-1, not the last T.", swap(FIRST_T, "self.W(s)[:, -h.size(1):]")),
+        Mistake("softmax", "return the scores, not the weights: the softmax comes later, in attention_weights.", swap(FIRST_T, f"torch.softmax({FIRST_T}, dim=-1)")),
+    ]),
+    Exercise("attention_weights", ref.attention_weights, points=1, cases=weights_cases, parts={"no mask": 2, "with a mask": 1}, mistakes=[
+        Mistake("over_batch", SOFTMAX_BATCH, swap("dim=-1", "dim=0")),
+        Mistake("mask_after_softmax", "you applied the mask after the softmax, so the weights no longer sum to 1; fill the scores with -inf before it.", swap(MASK_FILL, "return torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)")),
+        Mistake("mask_inverted", "your mask polarity is inverted: True means 'may attend', so fill the scores where the mask is False.", swap("~mask", "mask")),
+        Mistake("mask_ignored", "you ignored the mask; positions where it is False must get weight 0.", swap(f"    if mask is not None:\n        {MASK_FILL}\n")),
+    ]),
+    Exercise("context_vector", ref.context_vector, points=1, cases=context_cases, mistakes=[
+        Mistake("over_features", "you summed over the features (dim=-1); the context sums the weighted states over the source positions (dim=1).", swap(".sum(dim=1)", ".sum(dim=-1)")),
+        Mistake("over_batch", "you summed over the batch (dim=0); the context sums the weighted states over the source positions (dim=1).", swap(".sum(dim=1)", ".sum(dim=0)")),
+        Mistake("mean", "you averaged the weighted states; the weights already sum to 1, so add them up (sum, not mean).", swap(".sum(dim=1)", ".mean(dim=1)")),
+        Mistake("unweighted", "you added the states without weighting them by alpha.", swap("(alpha.unsqueeze(-1) * h).sum(dim=1)", "h.sum(dim=1)")),
+    ]),
     Exercise(
-        "dot_score",
-        ref.dot_score,
-        points=1,
-        cases=dot_cases,
-        mistakes=[
-            Mistake("summed_over_time", "you summed over the source positions (dim=1); sum the products over the features, one score per position.", dot_summed_over_time),
-            Mistake("scaled", "this is the plain dot product: do not divide by sqrt(d_h) here (that is the next exercise).", dot_scaled),
-            Mistake("every_query", "h @ s.T scores every decoder state of the batch against every sequence; each example's state meets only its own encoder states (h @ s.unsqueeze(-1)).", dot_every_query),
-        ],
-    ),
-    Exercise(
-        "scaled_dot_score",
-        ref.scaled_dot_score,
-        points=1,
-        cases=scaled_cases,
-        mistakes=[
-            Mistake("unscaled", UNSCALED, scaled_unscaled),
-            Mistake("by_d", "you divided by d_h instead of sqrt(d_h).", scaled_by_d),
-            Mistake("by_T", "you divided by the square root of the number of source positions T; the scale is sqrt(d_h), the width of the vectors.", scaled_by_T),
-        ],
-    ),
-    Exercise(
-        "GeneralScore",
-        ref.GeneralScore,
-        points=1,
-        cases=general_cases,
-        kind="module",
-        mistakes=[
-            Mistake("no_W", "you left out W: the general score is s^T W h_i, i.e. s · W(h_i).", GeneralNoW),
-            Mistake("W_on_state", "you applied W to the decoder state; with self.W = nn.Linear(d_h, d_s) it maps the encoder states: s · W(h_i).", GeneralWOnState),
-            Mistake("scaled", "the general score is not scaled: do not divide by sqrt(d).", GeneralScaled),
-        ],
-    ),
-    Exercise(
-        "AdditiveScore",
-        ref.AdditiveScore,
-        points=2,
-        cases=additive_cases,
-        kind="module",
-        mistakes=[
-            Mistake("no_tanh", "the additive score is missing its tanh: v^T tanh(W1 h_i + W2 s); without it the score is linear.", AdditiveNoTanh),
-            Mistake("sum_instead_of_v", "you summed the tanh features instead of weighting them with v: apply self.v to them.", AdditiveSumInsteadOfV),
-            Mistake("tanh_after_v", "the tanh goes inside, before v: v^T tanh(W1 h_i + W2 s), not tanh(v^T (...)).", AdditiveTanhAfterV),
-            Mistake("swapped", "W1 maps the encoder states h and W2 the decoder state s; you swapped them.", AdditiveSwapped),
-        ],
-    ),
-    Exercise(
-        "cosine_score",
-        ref.cosine_score,
-        points=1,
-        cases=cosine_cases,
-        mistakes=[
-            Mistake("only_query", "you normalised only the decoder state s; divide by the norm of each h_i too.", cosine_only_query_normalised),
-            Mistake("only_keys", "you normalised only the encoder states h_i; divide by the norm of s too.", cosine_only_keys_normalised),
-            Mistake("norm_over_time", "you took the norm of h over the source positions (dim=1); each h_i is normalised over its features (dim=-1).", cosine_norm_over_time),
-            Mistake("unnormalised", "this is the plain dot product: divide by |s| |h_i| to get a cosine.", cosine_unnormalised),
-        ],
-    ),
-    Exercise(
-        "LocationScore",
-        ref.LocationScore,
-        points=1,
-        cases=location_cases,
-        kind="module",
-        mistakes=[
-            Mistake("all_positions", "return only the first T scores (T = h.size(1)), one per source position, not all max_len of them.", LocationAllPositions),
-            Mistake("last_positions", "keep the first T scores, for positions 0..T-1, not the last T.", LocationLastPositions),
-            Mistake("softmax", "return the scores, not the weights: the softmax comes later, in attention_weights.", LocationWithSoftmax),
-        ],
-    ),
-    Exercise(
-        "attention_weights",
-        ref.attention_weights,
-        points=1,
-        cases=weights_cases,
-        parts={"no mask": 2, "with a mask": 1},
-        mistakes=[
-            Mistake("over_batch", SOFTMAX_BATCH, weights_over_batch),
-            Mistake("mask_after_softmax", "you applied the mask after the softmax, so the weights no longer sum to 1; fill the scores with -inf before it.", weights_mask_after_softmax),
-            Mistake("mask_inverted", "your mask polarity is inverted: True means 'may attend', so fill the scores where the mask is False.", weights_mask_inverted),
-            Mistake("mask_ignored", "you ignored the mask; positions where it is False must get weight 0.", weights_mask_ignored),
-        ],
-    ),
-    Exercise(
-        "context_vector",
-        ref.context_vector,
-        points=1,
-        cases=context_cases,
-        mistakes=[
-            Mistake("over_features", "you summed over the features (dim=-1); the context sums the weighted states over the source positions (dim=1).", context_summed_over_features),
-            Mistake("over_batch", "you summed over the batch (dim=0); the context sums the weighted states over the source positions (dim=1).", context_summed_over_batch),
-            Mistake("mean", "you averaged the weighted states; the weights already sum to 1, so add them up (sum, not mean).", context_mean),
-            Mistake("unweighted", "you added the states without weighting them by alpha.", context_unweighted),
-        ],
-    ),
-    Exercise(
-        "AttentionDecoderStep",
-        ref.AttentionDecoderStep,
-        points=3,
-        cases=step_cases,
-        kind="module",
-        parts={"no mask": 2, "with a mask": 1},
-        depends_on=("AdditiveScore", "attention_weights", "context_vector"),
+        "AttentionDecoderStep", ref.AttentionDecoderStep, points=3, cases=step_cases, kind="module",
+        parts={"no mask": 2, "with a mask": 1}, depends_on=("AdditiveScore", "attention_weights", "context_vector"),
         returns=("logits", "new state", "attention weights"),
         mistakes=[
-            Mistake("old_state", "you scored the encoder states with the previous state s_prev; update the state first and attend with the new s.", StepOldState),
-            Mistake("swapped_concat", "the output layer reads [a; s], the context first, then the state.", StepSwappedConcat),
-            Mistake("softmax_over_batch", SOFTMAX_BATCH, StepSoftmaxOverBatch),
-            Mistake("ignores_mask", "the step ignores its mask; pass it on to attention_weights so that padding gets no weight.", StepIgnoresMask),
+            Mistake("old_state", "you scored the encoder states with the previous state s_prev; update the state first and attend with the new s.", swap("self.attention(s, h)", "self.attention(s_prev, h)")),
+            Mistake("swapped_concat", "the output layer reads [a; s], the context first, then the state.", swap("torch.cat([a, s]", "torch.cat([s, a]")),
+            Mistake("softmax_over_batch", SOFTMAX_BATCH, swap(STEP_WEIGHTS, f"scores = self.attention(s, h)\n        if mask is not None:\n            {MASK_FILL}\n        alpha = torch.softmax(scores, dim=0)")),
+            Mistake("ignores_mask", "the step ignores its mask; pass it on to attention_weights so that padding gets no weight.", swap(STEP_WEIGHTS, "alpha = attention_weights(self.attention(s, h))")),
         ],
     ),
     Exercise(
-        "Seq2SeqAttention",
-        ref.Seq2SeqAttention,
-        points=3,
-        cases=seq2seq_cases,
-        kind="module",
-        depends_on=("AttentionDecoderStep",),
-        returns=("logits", "attention weights"),
+        "Seq2SeqAttention", ref.Seq2SeqAttention, points=3, cases=seq2seq_cases, kind="module",
+        depends_on=("AttentionDecoderStep",), returns=("logits", "attention weights"),
         mistakes=[
-            Mistake("padded_end", "the decoder starts from the encoder state after the padding; take each source's state at its last real token (position length - 1).", Seq2SeqPaddedEnd),
-            Mistake("zero_state", "the decoder starts from zeros; start it from the encoder's state at the last real token of each source.", Seq2SeqZeroState),
-            Mistake("no_padding_mask", "you attend to the padding too; pass the mask src != 0 to every decoder step.", Seq2SeqNoPaddingMask),
-            Mistake("own_predictions", "during training feed the decoder the given inputs tgt_in[:, t] (teacher forcing), not its own predictions.", Seq2SeqFeedsOwnPredictions),
+            Mistake("padded_end", "the decoder starts from the encoder state after the padding; take each source's state at its last real token (position length - 1).", swap(START, "h[:, -1]")),
+            Mistake("zero_state", "the decoder starts from zeros; start it from the encoder's state at the last real token of each source.", swap(START, "torch.zeros_like(h[:, 0])")),
+            Mistake("no_padding_mask", "you attend to the padding too; pass the mask src != 0 to every decoder step.", swap(FEED, "self.decoder(tgt_in[:, t], s, h)")),
+            Mistake("own_predictions", "during training feed the decoder the given inputs tgt_in[:, t] (teacher forcing), not its own predictions.", swap("        for t in", "        y = tgt_in[:, 0]\n        for t in") & swap(FEED, "self.decoder(y, s, h, mask)") & swap("logits.append(step_logits)\n", "logits.append(step_logits)\n            y = step_logits.argmax(dim=-1)\n")),
         ],
     ),
 ]

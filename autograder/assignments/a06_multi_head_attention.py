@@ -1,11 +1,4 @@
-"""Checks for notebook 06: multi-head attention.
-
-Each known mistake is a complete wrong implementation, written as a learner
-would write it, and self-contained (only torch, math, nn, F), so that it can be
-pasted into a notebook on its own.
-"""
-import math
-
+"""Checks for notebook 06: multi-head attention."""
 import torch
 from torch import nn
 
@@ -13,6 +6,7 @@ import solutions_lib as sl
 from solutions_lib import multihead as mh
 from autograder.core import Call, Case, Exercise, Mistake
 from autograder.inputs import Draw, dims
+from autograder.mutants import swap
 
 NOTEBOOK = "06_multi_head_attention"
 
@@ -33,26 +27,9 @@ def _split_case(seed, B, T, d_model, h, dtype=torch.float32, hidden=False):
 
 def split_cases():
     return [
-        _split_case(1, 2, 3, 8, 2),
-        _split_case(2, 1, 5, 12, 3),
-        _split_case(3, 3, 4, 6, 1, dtype=torch.float64),
+        _split_case(1, 2, 3, 8, 2), _split_case(2, 1, 5, 12, 3), _split_case(3, 3, 4, 6, 1, dtype=torch.float64),
         _split_case(4, 2, 6, 16, 4, hidden=True),
     ]
-
-
-def split_no_transpose(x, h):
-    B, T, d_model = x.shape
-    return x.reshape(B, h, T, d_model // h)
-
-
-def split_interleaved(x, h):
-    B, T, d_model = x.shape
-    return x.reshape(B, T, d_model // h, h).permute(0, 3, 1, 2)
-
-
-def split_heads_last(x, h):
-    B, T, d_model = x.shape
-    return x.reshape(B, T, h, d_model // h)
 
 
 def _merge_case(seed, B, h, T, d_k, dtype=torch.float32, hidden=False):
@@ -64,25 +41,9 @@ def _merge_case(seed, B, h, T, d_k, dtype=torch.float32, hidden=False):
 
 def merge_cases():
     return [
-        _merge_case(11, 2, 2, 3, 4),
-        _merge_case(12, 1, 3, 5, 4),
-        _merge_case(13, 3, 4, 2, 2, dtype=torch.float64),
+        _merge_case(11, 2, 2, 3, 4), _merge_case(12, 1, 3, 5, 4), _merge_case(13, 3, 4, 2, 2, dtype=torch.float64),
         _merge_case(14, 2, 8, 6, 3, hidden=True),
     ]
-
-
-def merge_no_transpose(x):
-    B, h, T, d_k = x.shape
-    return x.reshape(B, T, h * d_k)
-
-
-def merge_interleaved(x):
-    B, h, T, d_k = x.shape
-    return x.permute(0, 2, 3, 1).reshape(B, T, h * d_k)
-
-
-def merge_summed(x):
-    return x.sum(dim=1)
 
 
 # ---------------------------------------------------------------- MultiHeadAttention
@@ -112,137 +73,11 @@ def _mha_case(seed, B, T_q, T_k, d_model, h, mask=None, part="self-attention", d
 
 def mha_cases():
     return [
-        _mha_case(21, 2, 5, 5, 8, 2),
-        _mha_case(22, 1, 3, 3, 12, 3),
-        _mha_case(23, 3, 4, 4, 16, 4, hidden=True),
-        _mha_case(24, 2, 4, 6, 8, 2, part="cross-attention"),
-        _mha_case(25, 3, 2, 5, 12, 4, part="cross-attention", hidden=True),
-        _mha_case(26, 2, 5, 5, 8, 2, mask="causal", part="masks"),
-        _mha_case(27, 2, 3, 6, 8, 2, mask="padding", part="masks"),
+        _mha_case(21, 2, 5, 5, 8, 2), _mha_case(22, 1, 3, 3, 12, 3), _mha_case(23, 3, 4, 4, 16, 4, hidden=True),
+        _mha_case(24, 2, 4, 6, 8, 2, part="cross-attention"), _mha_case(25, 3, 2, 5, 12, 4, part="cross-attention", hidden=True),
+        _mha_case(26, 2, 5, 5, 8, 2, mask="causal", part="masks"), _mha_case(27, 2, 3, 6, 8, 2, mask="padding", part="masks"),
         _mha_case(28, 3, 6, 6, 12, 3, mask="causal+padding", part="masks", hidden=True),
     ]
-
-
-class MHASplitWrongAxis(nn.Module):
-    def __init__(self, d_model, h):
-        super().__init__()
-        self.h = h
-        self.W_q, self.W_k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-        self.W_v, self.W_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-
-    def forward(self, query, key, value, mask=None):
-        B, T_q, d_model = query.shape
-        d_k = d_model // self.h
-        q = self.W_q(query).reshape(B, self.h, T_q, d_k)
-        k = self.W_k(key).reshape(B, self.h, key.size(1), d_k)
-        v = self.W_v(value).reshape(B, self.h, value.size(1), d_k)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
-        if mask is not None:
-            scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))
-        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-        out = (weights @ v).transpose(1, 2).reshape(B, T_q, d_model)
-        return self.W_o(out), weights
-
-
-class MHAMergeWrongOrder(nn.Module):
-    def __init__(self, d_model, h):
-        super().__init__()
-        self.h = h
-        self.W_q, self.W_k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-        self.W_v, self.W_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-
-    def forward(self, query, key, value, mask=None):
-        B, T_q, d_model = query.shape
-        d_k = d_model // self.h
-        q = self.W_q(query).reshape(B, T_q, self.h, d_k).transpose(1, 2)
-        k = self.W_k(key).reshape(B, -1, self.h, d_k).transpose(1, 2)
-        v = self.W_v(value).reshape(B, -1, self.h, d_k).transpose(1, 2)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
-        if mask is not None:
-            scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))
-        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-        out = (weights @ v).reshape(B, T_q, d_model)
-        return self.W_o(out), weights
-
-
-class MHANoOutputProjection(nn.Module):
-    def __init__(self, d_model, h):
-        super().__init__()
-        self.h = h
-        self.W_q, self.W_k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-        self.W_v, self.W_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-
-    def forward(self, query, key, value, mask=None):
-        B, T_q, d_model = query.shape
-        d_k = d_model // self.h
-        q = self.W_q(query).reshape(B, T_q, self.h, d_k).transpose(1, 2)
-        k = self.W_k(key).reshape(B, -1, self.h, d_k).transpose(1, 2)
-        v = self.W_v(value).reshape(B, -1, self.h, d_k).transpose(1, 2)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
-        if mask is not None:
-            scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))
-        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-        return (weights @ v).transpose(1, 2).reshape(B, T_q, d_model), weights
-
-
-class MHAScaledByDModel(nn.Module):
-    def __init__(self, d_model, h):
-        super().__init__()
-        self.h = h
-        self.W_q, self.W_k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-        self.W_v, self.W_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-
-    def forward(self, query, key, value, mask=None):
-        B, T_q, d_model = query.shape
-        d_k = d_model // self.h
-        q = self.W_q(query).reshape(B, T_q, self.h, d_k).transpose(1, 2)
-        k = self.W_k(key).reshape(B, -1, self.h, d_k).transpose(1, 2)
-        v = self.W_v(value).reshape(B, -1, self.h, d_k).transpose(1, 2)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d_model)
-        if mask is not None:
-            scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))
-        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-        return self.W_o((weights @ v).transpose(1, 2).reshape(B, T_q, d_model)), weights
-
-
-class MHAMaskNotBroadcast(nn.Module):
-    def __init__(self, d_model, h):
-        super().__init__()
-        self.h = h
-        self.W_q, self.W_k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-        self.W_v, self.W_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-
-    def forward(self, query, key, value, mask=None):
-        B, T_q, d_model = query.shape
-        d_k = d_model // self.h
-        q = self.W_q(query).reshape(B, T_q, self.h, d_k).transpose(1, 2)
-        k = self.W_k(key).reshape(B, -1, self.h, d_k).transpose(1, 2)
-        v = self.W_v(value).reshape(B, -1, self.h, d_k).transpose(1, 2)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-        return self.W_o((weights @ v).transpose(1, 2).reshape(B, T_q, d_model)), weights
-
-
-class MHAAveragedWeights(nn.Module):
-    def __init__(self, d_model, h):
-        super().__init__()
-        self.h = h
-        self.W_q, self.W_k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-        self.W_v, self.W_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-
-    def forward(self, query, key, value, mask=None):
-        B, T_q, d_model = query.shape
-        d_k = d_model // self.h
-        q = self.W_q(query).reshape(B, T_q, self.h, d_k).transpose(1, 2)
-        k = self.W_k(key).reshape(B, -1, self.h, d_k).transpose(1, 2)
-        v = self.W_v(value).reshape(B, -1, self.h, d_k).transpose(1, 2)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
-        if mask is not None:
-            scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))
-        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-        return self.W_o((weights @ v).transpose(1, 2).reshape(B, T_q, d_model)), weights.mean(dim=1)
 
 
 # ---------------------------------------------------------------- mha_state_from_pytorch
@@ -258,25 +93,6 @@ def _torch_mha_case(seed, d_model, h, hidden=False):
 
 def state_cases():
     return [_torch_mha_case(31, 8, 2), _torch_mha_case(32, 12, 3), _torch_mha_case(33, 16, 4, hidden=True)]
-
-
-def state_transposed(mha):
-    w_q, w_k, w_v = mha.in_proj_weight.chunk(3)
-    b_q, b_k, b_v = mha.in_proj_bias.chunk(3)
-    return {"W_q.weight": w_q.T, "W_q.bias": b_q, "W_k.weight": w_k.T, "W_k.bias": b_k,
-            "W_v.weight": w_v.T, "W_v.bias": b_v, "W_o.weight": mha.out_proj.weight.T, "W_o.bias": mha.out_proj.bias}
-
-
-def state_wrong_order(mha):
-    w_k, w_q, w_v = mha.in_proj_weight.chunk(3)
-    b_k, b_q, b_v = mha.in_proj_bias.chunk(3)
-    return {"W_q.weight": w_q, "W_q.bias": b_q, "W_k.weight": w_k, "W_k.bias": b_k,
-            "W_v.weight": w_v, "W_v.bias": b_v, "W_o.weight": mha.out_proj.weight, "W_o.bias": mha.out_proj.bias}
-
-
-def state_no_biases(mha):
-    w_q, w_k, w_v = mha.in_proj_weight.chunk(3)
-    return {"W_q.weight": w_q, "W_k.weight": w_k, "W_v.weight": w_v, "W_o.weight": mha.out_proj.weight}
 
 
 # ---------------------------------------------------------------- count_parameters
@@ -308,8 +124,7 @@ def _mha_with_norm():
 
 def count_cases():
     return [
-        _count_case("nn.Linear(10, 3)", lambda: nn.Linear(10, 3)),
-        _count_case("an embedding tied to the output layer", _tied),
+        _count_case("nn.Linear(10, 3)", lambda: nn.Linear(10, 3)), _count_case("an embedding tied to the output layer", _tied),
         _count_case("a network whose first layer is frozen", _partly_frozen),
         _count_case("nn.MultiheadAttention(24, 4) and a LayerNorm, tied and frozen parts", lambda: _hidden_model(), hidden=True),
     ]
@@ -322,83 +137,53 @@ def _hidden_model():
     return model
 
 
-def count_tensors(module):
-    return len([p for p in module.parameters() if p.requires_grad])
-
-
-def count_shared_twice(module):
-    return sum(p.numel() for _, p in module.named_parameters(remove_duplicate=False) if p.requires_grad)
-
-
-def count_frozen_too(module):
-    return sum(p.numel() for p in module.parameters())
-
-
 # ---------------------------------------------------------------- the catalog
 
+# Most MultiHeadAttention mistakes also insert the mask's head axis with mask.unsqueeze(1), as the lesson
+# suggests for a 3-D mask: right for a padding mask, a broadcasting error on the 2-D (T_q, T_k) causal mask.
+HEAD_AXIS_1 = swap("mask.unsqueeze(-3)", "mask.unsqueeze(1)")
+
+# Each head's q, k, v reshaped straight to (B, h, T, d_k), without split_heads' transpose.
+SPLIT_WITHOUT_TRANSPOSE = (
+    swap("split_heads(self.W_q(query), self.h)", "self.W_q(query).view(query.size(0), self.h, query.size(1), self.d_k)")
+    & swap("split_heads(self.W_k(key), self.h)", "self.W_k(key).view(key.size(0), self.h, key.size(1), self.d_k)")
+    & swap("split_heads(self.W_v(value), self.h)", "self.W_v(value).view(value.size(0), self.h, value.size(1), self.d_k)")
+)
+
 EXERCISES = [
+    Exercise("split_heads", mh.split_heads, points=1, cases=split_cases, mistakes=[
+        Mistake("no_transpose", "you reshaped (B, T, d_model) straight to (B, h, T, d_k), which mixes positions between heads; view it as (B, T, h, d_k) first, then transpose(1, 2).", swap("x.view(B, T, h, d_model // h).transpose(1, 2)", "x.view(B, h, T, d_model // h)")),
+        Mistake("interleaved", "you gave each head every h-th feature; head i must get the contiguous slice i*d_k .. (i+1)*d_k - 1, so view as (B, T, h, d_k).", swap(".view(B, T, h, d_model // h).transpose(1, 2)", ".view(B, T, d_model // h, h).permute(0, 3, 1, 2)")),
+        Mistake("heads_last", "you left the head axis after the time axis; return (B, h, T, d_k), so that attention runs over T for each head.", swap(".transpose(1, 2)", "")),
+    ]),
+    Exercise("merge_heads", mh.merge_heads, points=1, cases=merge_cases, mistakes=[
+        Mistake("no_transpose", "you reshaped (B, h, T, d_k) straight to (B, T, d_model), which mixes positions; transpose(1, 2) to (B, T, h, d_k) first, then reshape.", swap("x.transpose(1, 2).reshape", "x.reshape")),
+        Mistake("interleaved", "you interleaved the heads' features; concatenate them, head 0's d_k features first (transpose(1, 2), then reshape).", swap("x.transpose(1, 2)", "x.permute(0, 2, 3, 1)")),
+        Mistake("summed", "you summed the heads; concatenate them along the feature axis, giving width h * d_k.", swap("x.transpose(1, 2).reshape(B, T, h * d_k)", "x.sum(dim=1)")),
+    ]),
     Exercise(
-        "split_heads",
-        mh.split_heads,
-        points=1,
-        cases=split_cases,
-        mistakes=[
-            Mistake("no_transpose", "you reshaped (B, T, d_model) straight to (B, h, T, d_k), which mixes positions between heads; view it as (B, T, h, d_k) first, then transpose(1, 2).", split_no_transpose),
-            Mistake("interleaved", "you gave each head every h-th feature; head i must get the contiguous slice i*d_k .. (i+1)*d_k - 1, so view as (B, T, h, d_k).", split_interleaved),
-            Mistake("heads_last", "you left the head axis after the time axis; return (B, h, T, d_k), so that attention runs over T for each head.", split_heads_last),
-        ],
-    ),
-    Exercise(
-        "merge_heads",
-        mh.merge_heads,
-        points=1,
-        cases=merge_cases,
-        mistakes=[
-            Mistake("no_transpose", "you reshaped (B, h, T, d_k) straight to (B, T, d_model), which mixes positions; transpose(1, 2) to (B, T, h, d_k) first, then reshape.", merge_no_transpose),
-            Mistake("interleaved", "you interleaved the heads' features; concatenate them, head 0's d_k features first (transpose(1, 2), then reshape).", merge_interleaved),
-            Mistake("summed", "you summed the heads; concatenate them along the feature axis, giving width h * d_k.", merge_summed),
-        ],
-    ),
-    Exercise(
-        "MultiHeadAttention",
-        mh.MultiHeadAttention,
-        points=4,
-        cases=mha_cases,
-        kind="module",
-        parts={"self-attention": 2, "cross-attention": 1, "masks": 1},
-        depends_on=("split_heads", "merge_heads"),
+        "MultiHeadAttention", mh.MultiHeadAttention, points=4, cases=mha_cases, kind="module",
+        parts={"self-attention": 2, "cross-attention": 1, "masks": 1}, depends_on=("split_heads", "merge_heads"),
         returns=("output", "weights"),
         mistakes=[
-            Mistake("split_wrong_axis", "your heads are split along the wrong axis: reshape to (B, T, h, d_k) and transpose(1, 2), not straight to (B, h, T, d_k).", MHASplitWrongAxis),
-            Mistake("merge_wrong_order", "you merged the heads in the wrong order: transpose (B, h, T, d_k) back to (B, T, h, d_k) before reshaping to (B, T, d_model).", MHAMergeWrongOrder),
-            Mistake("no_output_projection", "the concatenated heads must go through the output projection W_o.", MHANoOutputProjection),
-            Mistake("scaled_by_d_model", "you divided the scores by sqrt(d_model); each head works in d_k = d_model / h dimensions, so divide by sqrt(d_k).", MHAScaledByDModel),
-            Mistake("mask_not_broadcast", "your mask is not broadcast over the heads: the scores are (B, h, T_q, T_k), so insert a head axis with mask.unsqueeze(1).", MHAMaskNotBroadcast),
-            Mistake("averaged_weights", "you averaged the weights over the heads (nn.MultiheadAttention's default); return every head's weights, (B, h, T_q, T_k).", MHAAveragedWeights),
+            Mistake("split_wrong_axis", "your heads are split along the wrong axis: reshape to (B, T, h, d_k) and transpose(1, 2), not straight to (B, h, T, d_k).", SPLIT_WITHOUT_TRANSPOSE & HEAD_AXIS_1),
+            Mistake("merge_wrong_order", "you merged the heads in the wrong order: transpose (B, h, T, d_k) back to (B, T, h, d_k) before reshaping to (B, T, d_model).", swap("merge_heads(self.dropout(weights) @ v)", "(self.dropout(weights) @ v).reshape(query.shape)") & HEAD_AXIS_1),
+            Mistake("no_output_projection", "the concatenated heads must go through the output projection W_o.", swap("self.W_o(merge_heads(self.dropout(weights) @ v))", "merge_heads(self.dropout(weights) @ v)") & HEAD_AXIS_1),
+            Mistake("scaled_by_d_model", "you divided the scores by sqrt(d_model); each head works in d_k = d_model / h dimensions, so divide by sqrt(d_k).", swap("math.sqrt(self.d_k)", "math.sqrt(query.size(-1))") & HEAD_AXIS_1),
+            Mistake("mask_not_broadcast", "your mask is not broadcast over the heads: the scores are (B, h, T_q, T_k), so insert a head axis with mask.unsqueeze(1).", swap("~mask.unsqueeze(-3)", "~mask")),
+            Mistake("averaged_weights", "you averaged the weights over the heads (nn.MultiheadAttention's default); return every head's weights, (B, h, T_q, T_k).", swap(")), weights", ")), weights.mean(dim=1)") & HEAD_AXIS_1),
         ],
     ),
-    Exercise(
-        "mha_state_from_pytorch",
-        mh.mha_state_from_pytorch,
-        points=2,
-        cases=state_cases,
-        mistakes=[
-            Mistake("transposed", "nn.Linear and nn.MultiheadAttention store weights the same way, (out, in): copy them without transposing.", state_transposed),
-            Mistake("wrong_order", "in_proj_weight stacks the query, key and value matrices in that order: q first.", state_wrong_order),
-            Mistake("no_biases", "copy the biases too: in_proj_bias holds the three input biases and out_proj.bias the output bias.", state_no_biases),
-        ],
-    ),
-    Exercise(
-        "count_parameters",
-        mh.count_parameters,
-        points=1,
-        cases=count_cases,
-        mistakes=[
-            Mistake("tensors", "you counted parameter tensors; count the numbers in them, p.numel().", count_tensors),
-            Mistake("shared_twice", "a tensor shared by two layers is one set of parameters: module.parameters() lists it once, so count over that.", count_shared_twice),
-            Mistake("frozen_too", "count only trainable parameters, those with requires_grad set.", count_frozen_too),
-        ],
-    ),
+    Exercise("mha_state_from_pytorch", mh.mha_state_from_pytorch, points=2, cases=state_cases, mistakes=[
+        Mistake("transposed", "nn.Linear and nn.MultiheadAttention store weights the same way, (out, in): copy them without transposing.", swap("w.detach()", "w.T.detach()") & swap("out_proj.weight.detach()", "out_proj.weight.T.detach()")),
+        Mistake("wrong_order", "in_proj_weight stacks the query, key and value matrices in that order: q first.", swap('["W_q", "W_k", "W_v"]', '["W_k", "W_q", "W_v"]')),
+        Mistake("no_biases", "copy the biases too: in_proj_bias holds the three input biases and out_proj.bias the output bias.", swap(', state[f"{name}.bias"]', '') & swap(', b.detach().clone()', '') & swap('    state["W_o.bias"] = mha.out_proj.bias.detach().clone()\n', '')),
+    ]),
+    Exercise("count_parameters", mh.count_parameters, points=1, cases=count_cases, mistakes=[
+        Mistake("tensors", "you counted parameter tensors; count the numbers in them, p.numel().", swap("p.numel()", "1")),
+        Mistake("shared_twice", "a tensor shared by two layers is one set of parameters: module.parameters() lists it once, so count over that.", swap("p in module.parameters()", "_, p in module.named_parameters(remove_duplicate=False)")),
+        Mistake("frozen_too", "count only trainable parameters, those with requires_grad set.", swap(" if p.requires_grad", "")),
+    ]),
 ]
 
 DEMO_MISTAKES = [("merge_heads", "no_transpose"), ("MultiHeadAttention", "scaled_by_d_model")]

@@ -4,14 +4,11 @@ The inputs are small corpora generated at check time from fixed seeds: words
 built from a few syllables (some with accents), with a Zipf-like frequency, so
 that there are frequent pairs, ties and characters beyond ASCII. Texts to
 encode also hold characters no corpus contains (emoji, CJK, Greek).
-
-Each known mistake is a complete wrong implementation, written as a learner
-would write it, and self-contained: it uses only the standard library
-(imported inside the function), never another exercise's function.
 """
 import random
 
 from autograder.core import Call, Case, Exercise, Mistake
+from autograder.mutants import swap
 from solutions_lib import bpe
 
 NOTEBOOK = "09_bpe_tokenization"
@@ -72,31 +69,6 @@ def pair_counts_cases():
     ]
 
 
-def pair_counts_across_words(words):
-    flat = [i for ids in words for i in ids]
-    counts = {}
-    for pair in zip(flat, flat[1:]):
-        counts[pair] = counts.get(pair, 0) + 1
-    return counts
-
-
-def pair_counts_once_per_word(words):
-    counts = {}
-    for ids in words:
-        for pair in set(zip(ids, ids[1:])):
-            counts[pair] = counts.get(pair, 0) + 1
-    return counts
-
-
-def pair_counts_stops_early(words):
-    counts = {}
-    for ids in words:
-        for i in range(len(ids) - 2):
-            pair = (ids[i], ids[i + 1])
-            counts[pair] = counts.get(pair, 0) + 1
-    return counts
-
-
 # ---------------------------------------------------------------- merge_pair
 
 
@@ -124,48 +96,6 @@ def merge_cases():
     return cases
 
 
-def merge_pair_no_skip(ids, pair, new_id):
-    out, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
-            out.append(new_id)
-        else:
-            out.append(ids[i])
-        i += 1
-    return out
-
-
-def merge_pair_right_to_left(ids, pair, new_id):
-    out, i = [], len(ids) - 1
-    while i >= 0:
-        if i >= 1 and (ids[i - 1], ids[i]) == pair:
-            out.insert(0, new_id)
-            i -= 2
-        else:
-            out.insert(0, ids[i])
-            i -= 1
-    return out
-
-
-def merge_pair_first_only(ids, pair, new_id):
-    for i in range(len(ids) - 1):
-        if (ids[i], ids[i + 1]) == pair:
-            return ids[:i] + [new_id] + ids[i + 2:]
-    return list(ids)
-
-
-def merge_pair_drops_last(ids, pair, new_id):
-    out, i = [], 0
-    while i < len(ids) - 1:
-        if (ids[i], ids[i + 1]) == pair:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
-
-
 # ---------------------------------------------------------------- train_bpe
 
 
@@ -185,132 +115,6 @@ def train_cases():
         _train_case("hidden", lambda: corpus(24, 200, n_lexicon=20), 320, hidden=True),
         _train_case("hidden", lambda: "xyz xyz xy", 400, part="stops when no pair is left", hidden=True),
     ]
-
-
-def train_bpe_ties_first_seen(text, vocab_size):
-    import re
-
-    words = [list(w.encode("utf-8")) for w in re.findall(r"\s*\S+|\s+", text)]
-    merges = []
-    while 256 + len(merges) < vocab_size:
-        counts = {}
-        for ids in words:
-            for pair in zip(ids, ids[1:]):
-                counts[pair] = counts.get(pair, 0) + 1
-        if not counts:
-            break
-        best = max(counts, key=counts.get)
-        new_id = 256 + len(merges)
-        merged = []
-        for ids in words:
-            out, i = [], 0
-            while i < len(ids):
-                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best:
-                    out.append(new_id)
-                    i += 2
-                else:
-                    out.append(ids[i])
-                    i += 1
-            merged.append(out)
-        words = merged
-        merges.append(best)
-    return merges
-
-
-def train_bpe_ties_largest(text, vocab_size):
-    import re
-
-    words = [list(w.encode("utf-8")) for w in re.findall(r"\s*\S+|\s+", text)]
-    merges = []
-    while 256 + len(merges) < vocab_size:
-        counts = {}
-        for ids in words:
-            for pair in zip(ids, ids[1:]):
-                counts[pair] = counts.get(pair, 0) + 1
-        if not counts:
-            break
-        best = max(counts, key=lambda p: (counts[p], p))
-        new_id = 256 + len(merges)
-        merged = []
-        for ids in words:
-            out, i = [], 0
-            while i < len(ids):
-                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best:
-                    out.append(new_id)
-                    i += 2
-                else:
-                    out.append(ids[i])
-                    i += 1
-            merged.append(out)
-        words = merged
-        merges.append(best)
-    return merges
-
-
-def train_bpe_across_words(text, vocab_size):
-    ids = list(text.encode("utf-8"))
-    merges = []
-    while 256 + len(merges) < vocab_size:
-        counts = {}
-        for pair in zip(ids, ids[1:]):
-            counts[pair] = counts.get(pair, 0) + 1
-        if not counts:
-            break
-        best = min(counts, key=lambda p: (-counts[p], p))
-        new_id = 256 + len(merges)
-        out, i = [], 0
-        while i < len(ids):
-            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best:
-                out.append(new_id)
-                i += 2
-            else:
-                out.append(ids[i])
-                i += 1
-        ids = out
-        merges.append(best)
-    return merges
-
-
-def train_bpe_vocab_size_as_merges(text, vocab_size):
-    import re
-
-    words = [list(w.encode("utf-8")) for w in re.findall(r"\s*\S+|\s+", text)]
-    merges = []
-    while len(merges) < vocab_size:
-        counts = {}
-        for ids in words:
-            for pair in zip(ids, ids[1:]):
-                counts[pair] = counts.get(pair, 0) + 1
-        if not counts:
-            break
-        best = min(counts, key=lambda p: (-counts[p], p))
-        new_id = 256 + len(merges)
-        merged = []
-        for ids in words:
-            out, i = [], 0
-            while i < len(ids):
-                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best:
-                    out.append(new_id)
-                    i += 2
-                else:
-                    out.append(ids[i])
-                    i += 1
-            merged.append(out)
-        words = merged
-        merges.append(best)
-    return merges
-
-
-def train_bpe_counted_once(text, vocab_size):
-    import re
-
-    words = [list(w.encode("utf-8")) for w in re.findall(r"\s*\S+|\s+", text)]
-    counts = {}
-    for ids in words:
-        for pair in zip(ids, ids[1:]):
-            counts[pair] = counts.get(pair, 0) + 1
-    ranked = sorted(counts, key=lambda p: (-counts[p], p))
-    return ranked[: max(0, vocab_size - 256)]
 
 
 # ---------------------------------------------------------------- encode
@@ -335,95 +139,6 @@ def encode_cases():
         _encode_case("hidden", lambda: unseen_text(36, 60), lambda: _merges_of(36, 150, 70), part="unseen characters", hidden=True),
         _encode_case("hidden", lambda: corpus(37, 30, text_seed=9), lambda: _merges_of(37, 90, 60), hidden=True),
     ]
-
-
-def encode_codepoints(text, merges):
-    import re
-
-    ranks = {pair: 256 + k for k, pair in enumerate(merges)}
-    out = []
-    for word in re.findall(r"\s*\S+|\s+", text):
-        ids = [ord(c) for c in word]
-        while len(ids) > 1:
-            pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, float("inf")))
-            if pair not in ranks:
-                break
-            merged, i = [], 0
-            while i < len(ids):
-                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
-                    merged.append(ranks[pair])
-                    i += 2
-                else:
-                    merged.append(ids[i])
-                    i += 1
-            ids = merged
-        out.extend(ids)
-    return out
-
-
-def encode_latest_merge_first(text, merges):
-    import re
-
-    ranks = {pair: 256 + k for k, pair in enumerate(merges)}
-    out = []
-    for word in re.findall(r"\s*\S+|\s+", text):
-        ids = list(word.encode("utf-8"))
-        while len(ids) > 1:
-            known = [p for p in zip(ids, ids[1:]) if p in ranks]
-            if not known:
-                break
-            pair = max(known, key=lambda p: ranks[p])
-            merged, i = [], 0
-            while i < len(ids):
-                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
-                    merged.append(ranks[pair])
-                    i += 2
-                else:
-                    merged.append(ids[i])
-                    i += 1
-            ids = merged
-        out.extend(ids)
-    return out
-
-
-def encode_drops_whitespace(text, merges):
-    ranks = {pair: 256 + k for k, pair in enumerate(merges)}
-    out = []
-    for word in text.split():
-        ids = list(word.encode("utf-8"))
-        while len(ids) > 1:
-            pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, float("inf")))
-            if pair not in ranks:
-                break
-            merged, i = [], 0
-            while i < len(ids):
-                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
-                    merged.append(ranks[pair])
-                    i += 2
-                else:
-                    merged.append(ids[i])
-                    i += 1
-            ids = merged
-        out.extend(ids)
-    return out
-
-
-def encode_leftmost_known_pair(text, merges):
-    import re
-
-    ranks = {pair: 256 + k for k, pair in enumerate(merges)}
-    out = []
-    for word in re.findall(r"\s*\S+|\s+", text):
-        ids = list(word.encode("utf-8"))
-        while True:
-            for i in range(len(ids) - 1):
-                if (ids[i], ids[i + 1]) in ranks:
-                    ids = ids[:i] + [ranks[(ids[i], ids[i + 1])]] + ids[i + 2:]
-                    break
-            else:
-                break
-        out.extend(ids)
-    return out
 
 
 # ---------------------------------------------------------------- decode
@@ -456,102 +171,47 @@ def decode_cases():
     ]
 
 
-def decode_per_token(ids, merges):
-    vocab = {i: bytes([i]) for i in range(256)}
-    for k, (a, b) in enumerate(merges):
-        vocab[256 + k] = vocab[a] + vocab[b]
-    return "".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
-
-
-def decode_latin1(ids, merges):
-    vocab = {i: bytes([i]) for i in range(256)}
-    for k, (a, b) in enumerate(merges):
-        vocab[256 + k] = vocab[a] + vocab[b]
-    return "".join(chr(byte) for i in ids for byte in vocab[i])
-
-
-def decode_pair_reversed(ids, merges):
-    vocab = {i: bytes([i]) for i in range(256)}
-    for k, (a, b) in enumerate(merges):
-        vocab[256 + k] = vocab[b] + vocab[a]
-    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
-
-
-def decode_strict(ids, merges):
-    vocab = {i: bytes([i]) for i in range(256)}
-    for k, (a, b) in enumerate(merges):
-        vocab[256 + k] = vocab[a] + vocab[b]
-    return b"".join(vocab[i] for i in ids).decode("utf-8")
-
-
 # ---------------------------------------------------------------- the catalog
 
+BEST = "min(counts, key=lambda p: (-counts[p], p))"
+EARLIEST = 'min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, float("inf")))'
+DECODED = 'b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")'
+
 EXERCISES = [
+    Exercise("pair_counts", bpe.pair_counts, points=1, cases=pair_counts_cases, mistakes=[
+        Mistake("across_words", "you counted pairs across word boundaries (the last id of one word with the first of the next); count inside each word only.", swap("for ids in words:", "for ids in [sum(words, [])]:")),
+        Mistake("once_per_word", "you counted each pair once per word; count every occurrence, so 'aaa' holds (a, a) twice.", swap("zip(ids, ids[1:])", "set(zip(ids, ids[1:]))")),
+        Mistake("stops_early", "your loop stops one pair early and misses the last pair of every word; a word of n ids has n - 1 pairs.", swap("zip(ids, ids[1:])", "zip(ids, ids[1:-1])")),
+    ]),
+    Exercise("merge_pair", bpe.merge_pair, points=2, cases=merge_cases, mistakes=[
+        Mistake("no_skip", "after a merge you did not skip the second id of the pair, so it is kept or merged again ('aaa' with (a, a) must give [new_id, a]); advance by 2 after a merge.", swap("i += 2", "i += 1")),
+        Mistake("right_to_left", "you scanned from right to left; merge from the left, so 'aaa' with (a, a) gives [new_id, a], not [a, new_id].", swap("out, i = [], 0", "ids, pair, out, i = ids[::-1], pair[::-1], [], 0") & swap("return out", "return out[::-1]")),
+        Mistake("first_only", "you merged only the first occurrence of the pair; replace every one.", swap("out.append(new_id)\n            i += 2", "return out + [new_id] + ids[i + 2 :]")),
+        Mistake("drops_last", "the last id goes missing when it is not part of a merge; when the loop ends one id before the end, append that id too.", swap("while i < len(ids):", "while i < len(ids) - 1:")),
+    ]),
     Exercise(
-        "pair_counts",
-        bpe.pair_counts,
-        points=1,
-        cases=pair_counts_cases,
-        mistakes=[
-            Mistake("across_words", "you counted pairs across word boundaries (the last id of one word with the first of the next); count inside each word only.", pair_counts_across_words),
-            Mistake("once_per_word", "you counted each pair once per word; count every occurrence, so 'aaa' holds (a, a) twice.", pair_counts_once_per_word),
-            Mistake("stops_early", "your loop stops one pair early and misses the last pair of every word; a word of n ids has n - 1 pairs.", pair_counts_stops_early),
-        ],
-    ),
-    Exercise(
-        "merge_pair",
-        bpe.merge_pair,
-        points=2,
-        cases=merge_cases,
-        mistakes=[
-            Mistake("no_skip", "after a merge you did not skip the second id of the pair, so it is kept or merged again ('aaa' with (a, a) must give [new_id, a]); advance by 2 after a merge.", merge_pair_no_skip),
-            Mistake("right_to_left", "you scanned from right to left; merge from the left, so 'aaa' with (a, a) gives [new_id, a], not [a, new_id].", merge_pair_right_to_left),
-            Mistake("first_only", "you merged only the first occurrence of the pair; replace every one.", merge_pair_first_only),
-            Mistake("drops_last", "the last id goes missing when it is not part of a merge; when the loop ends one id before the end, append that id too.", merge_pair_drops_last),
-        ],
-    ),
-    Exercise(
-        "train_bpe",
-        bpe.train_bpe,
-        points=3,
-        cases=train_cases,
-        parts={"generated corpora": 3, "stops when no pair is left": 1},
+        "train_bpe", bpe.train_bpe, points=3, cases=train_cases, parts={"generated corpora": 3, "stops when no pair is left": 1},
         depends_on=("pair_counts", "merge_pair"),
         mistakes=[
-            Mistake("ties_first_seen", "ties are broken by whichever pair was counted first (max(counts, key=counts.get)); the rule is: among equally frequent pairs take the smallest (a, b), e.g. min(counts, key=lambda p: (-counts[p], p)).", train_bpe_ties_first_seen),
-            Mistake("ties_largest", "among equally frequent pairs you took the largest (a, b); the rule is to take the smallest.", train_bpe_ties_largest),
-            Mistake("across_words", "you merged pairs across word boundaries by training on the whole text as one sequence; train on split_words(text), one list of bytes per word.", train_bpe_across_words),
-            Mistake("vocab_size_as_merges", "vocab_size counts the 256 byte tokens too, so learn vocab_size - 256 merges, not vocab_size.", train_bpe_vocab_size_as_merges),
-            Mistake("counted_once", "you counted the pairs once and took the top ones; every merge changes the counts, so recount after each merge.", train_bpe_counted_once),
+            Mistake("ties_first_seen", "ties are broken by whichever pair was counted first (max(counts, key=counts.get)); the rule is: among equally frequent pairs take the smallest (a, b), e.g. min(counts, key=lambda p: (-counts[p], p)).", swap(BEST, "max(counts, key=counts.get)")),
+            Mistake("ties_largest", "among equally frequent pairs you took the largest (a, b); the rule is to take the smallest.", swap(BEST, "max(counts, key=lambda p: (counts[p], p))")),
+            Mistake("across_words", "you merged pairs across word boundaries by training on the whole text as one sequence; train on split_words(text), one list of bytes per word.", swap("text_to_words(text)", '[list(text.encode("utf-8"))]')),
+            Mistake("vocab_size_as_merges", "vocab_size counts the 256 byte tokens too, so learn vocab_size - 256 merges, not vocab_size.", swap("while N_BYTES + len(merges) < vocab_size", "while len(merges) < vocab_size")),
+            Mistake("counted_once", "you counted the pairs once and took the top ones; every merge changes the counts, so recount after each merge.", swap("        counts = pair_counts(words)\n", "") & swap("    merges = []\n", "    merges = []\n    counts = pair_counts(words)\n") & swap(f"pair = {BEST}\n", f"pair = {BEST}\n        del counts[pair]\n")),
         ],
     ),
-    Exercise(
-        "encode",
-        bpe.encode,
-        points=2,
-        cases=encode_cases,
-        parts={"texts like the corpus": 2, "unseen characters": 1},
-        depends_on=("merge_pair",),
-        mistakes=[
-            Mistake("codepoints", "you started from the characters' code points (ord); start from the UTF-8 bytes, list(word.encode('utf-8')), so that every character, seen or not, becomes ids 0..255.", encode_codepoints),
-            Mistake("latest_merge_first", "you applied the most recently learned merge first; apply merges in the order they were learned: always the pair with the lowest rank.", encode_latest_merge_first),
-            Mistake("drops_whitespace", "text.split() throws the whitespace away, so it can never be decoded again; cut the text with split_words, which keeps it.", encode_drops_whitespace),
-            Mistake("leftmost_pair", "you merged the leftmost pair that has a merge rule; merge the pair that was learned earliest (lowest rank), wherever it is in the word.", encode_leftmost_known_pair),
-        ],
-    ),
-    Exercise(
-        "decode",
-        bpe.decode,
-        points=2,
-        cases=decode_cases,
-        parts={"ids from encode": 2, "any ids": 1},
-        mistakes=[
-            Mistake("per_token", "you decoded each token on its own; a character unseen in training is split over several byte tokens, so join all the bytes first and decode them once.", decode_per_token),
-            Mistake("latin1", "you turned each byte into a character with chr; characters beyond ASCII take 2 to 4 bytes in UTF-8, so join the bytes and call .decode('utf-8').", decode_latin1),
-            Mistake("pair_reversed", "a merged token (a, b) stands for the bytes of a followed by those of b, not b then a.", decode_pair_reversed),
-            Mistake("strict", "ids that do not form valid UTF-8 made decode raise; decode with errors='replace' as the docstring says.", decode_strict),
-        ],
-    ),
+    Exercise("encode", bpe.encode, points=2, cases=encode_cases, parts={"texts like the corpus": 2, "unseen characters": 1}, depends_on=("merge_pair",), mistakes=[
+        Mistake("codepoints", "you started from the characters' code points (ord); start from the UTF-8 bytes, list(word.encode('utf-8')), so that every character, seen or not, becomes ids 0..255.", swap("text_to_words(text)", "[[ord(c) for c in word] for word in split_words(text)]")),
+        Mistake("latest_merge_first", "you applied the most recently learned merge first; apply merges in the order they were learned: always the pair with the lowest rank.", swap(EARLIEST, "max(zip(ids, ids[1:]), key=lambda p: ranks.get(p, -1))")),
+        Mistake("drops_whitespace", "text.split() throws the whitespace away, so it can never be decoded again; cut the text with split_words, which keeps it.", swap("text_to_words(text)", '[list(word.encode("utf-8")) for word in text.split()]')),
+        Mistake("leftmost_pair", "you merged the leftmost pair that has a merge rule; merge the pair that was learned earliest (lowest rank), wherever it is in the word.", swap(EARLIEST, "next((p for p in zip(ids, ids[1:]) if p in ranks), None)")),
+    ]),
+    Exercise("decode", bpe.decode, points=2, cases=decode_cases, parts={"ids from encode": 2, "any ids": 1}, mistakes=[
+        Mistake("per_token", "you decoded each token on its own; a character unseen in training is split over several byte tokens, so join all the bytes first and decode them once.", swap(DECODED, '"".join(vocab[i].decode("utf-8", errors="replace") for i in ids)')),
+        Mistake("latin1", "you turned each byte into a character with chr; characters beyond ASCII take 2 to 4 bytes in UTF-8, so join the bytes and call .decode('utf-8').", swap(DECODED, '"".join(chr(byte) for i in ids for byte in vocab[i])')),
+        Mistake("pair_reversed", "a merged token (a, b) stands for the bytes of a followed by those of b, not b then a.", swap("vocab[a] + vocab[b]", "vocab[b] + vocab[a]")),
+        Mistake("strict", "ids that do not form valid UTF-8 made decode raise; decode with errors='replace' as the docstring says.", swap(', errors="replace"', "")),
+    ]),
 ]
 
 # The demo's third student makes these two mistakes (exercise, mistake name).
