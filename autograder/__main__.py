@@ -1,4 +1,4 @@
-"""python -m autograder {check, release, grade, demo}"""
+"""python -m autograder {check, progress, release, grade, demo}"""
 import argparse
 import importlib.util
 import sys
@@ -8,8 +8,9 @@ from autograder.course import CourseError
 # The student distribution (autograder.student_dist) ships this file without the instructor's commands.
 INSTRUCTOR = importlib.util.find_spec("autograder.release") is not None
 
-USAGE = """
+COMMANDS = """commands:
   python -m autograder check NOTEBOOK...             grade your notebook(s) locally (students)
+  python -m autograder progress [FOLDER]             what you have done across the course, from your saved notebooks
 """ + ("""\
   python -m autograder release                       generate notebooks/ from solutions/ (instructors)
   python -m autograder release --student-dist DIR    the notebooks and their checks for a class, without solutions
@@ -19,13 +20,19 @@ USAGE = """
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m autograder", description="Checks and grading for the course.", usage=USAGE)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="python -m autograder", description="Checks and grading for the course.",
+                                     epilog=COMMANDS, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("check", help="run notebooks in a fresh kernel and grade them")
     p.add_argument("notebooks", nargs="+", metavar="NOTEBOOK")
     p.add_argument("--junitxml", metavar="PATH", help="also write a JUnit XML report")
     p.add_argument("--timeout", type=int, default=300, help="seconds allowed per cell (default 300)")
+
+    p = sub.add_parser("progress", help="a table of every notebook: exercises passed, points, what is next "
+                       "(read from the saved notebooks; nothing is run)")
+    p.add_argument("folder", nargs="?", default=".", metavar="FOLDER",
+                   help="where your notebooks are (default: this folder; searched recursively)")
     if INSTRUCTOR:
         add_instructor_commands(sub)
 
@@ -63,6 +70,11 @@ def run(args):
         from autograder.check_notebook import check
 
         return check(args.notebooks, junitxml=args.junitxml, timeout=args.timeout)
+    if args.command == "progress":
+        from autograder.progress import progress
+
+        print(progress(args.folder))
+        return 0
     if args.command == "release":
         from autograder.course import find_root
         from autograder.release import release

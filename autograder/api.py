@@ -2,10 +2,9 @@
 
     check("scaled_dot_product_attention", scaled_dot_product_attention)
 
-Full marks: prints a line and returns None (nbgrader gives every point).
-Nothing right: raises CheckFailed (nbgrader gives 0; the notebook shows why).
-Some parts right: prints why and returns the points earned, which nbgrader
-takes as partial credit.
+Full marks: prints a line. Nothing right: raises CheckFailed (the notebook
+shows why). Some parts right: prints the points and why. Under grading the
+score is not the learner's kernel's to say: autograder.verdict writes it.
 """
 from __future__ import annotations
 
@@ -47,14 +46,14 @@ def check(name, obj):
         report = check_exercise(exercise, obj)
     _passed[name] = report.fraction == 1.0
     lines, reason = explain(report, _passed)
-    _publish(report, reason)
+    _publish(report, reason, lines)
     if report.fraction == 1.0:
         print(lines[0])
         return None
     if report.fraction == 0.0:
         raise CheckFailed(reason, lines)
     print("\n".join(lines))
-    return report.score
+    return None
 
 
 @contextlib.contextmanager
@@ -99,6 +98,7 @@ def explain(report, passed):
     lines = [f"✘ {reason}" if report.fraction == 0 else f"◐ {ex.name}: {_pts(report.score)}/{_pts(ex.points)} points"]
     if report.fraction > 0:
         lines.append(f"  ✘ {reason}")
+    lines += [f"    {line}" for line in first.detail]
     for part in ex.part_weights():
         mark = "✔" if report.part_ok(part) else "✘"
         if len(ex.part_weights()) > 1:
@@ -112,7 +112,7 @@ def _pts(x):
     return f"{x:g}"
 
 
-def _publish(report, reason):
+def _publish(report, reason, lines):
     """Attach a machine-readable result to the cell, for `python -m autograder check`."""
     if "IPython" not in sys.modules:
         return
@@ -123,12 +123,13 @@ def _publish(report, reason):
         return
     if get_ipython() is None:
         return
-    display({RESULT_MIME: result_data(report, reason), "text/plain": ""}, raw=True)
+    display({RESULT_MIME: result_data(report, reason, lines), "text/plain": ""}, raw=True)
 
 
-def result_data(report, reason):
+def result_data(report, reason, lines=()):
     """The machine-readable result of a check (autograder.results reads it back)."""
     return {
+        "lines": list(lines),
         "exercise": report.exercise.name,
         "score": report.score,
         "points": report.exercise.points,

@@ -30,19 +30,28 @@ def execute(path, timeout=DEFAULT_CELL_TIMEOUT):
         raise CourseError(f"{path}: no such notebook") from None
     except Exception as e:
         raise CourseError(f"{path} is not a readable notebook ({type(e).__name__}: {e})") from None
+    from jupyter_client.manager import KernelManager
+
     env = tool_env()
     env["AUTOGRADER_QUICK"] = "1"  # training cells use the grading budget, as under nbgrader
     old = dict(os.environ)
     os.environ.update(env)
     try:
-        client = NotebookClient(
-            nb,
-            timeout=timeout,
-            kernel_name="python3",
-            allow_errors=True,
-            resources={"metadata": {"path": str(path.parent.resolve())}},
-        )
-        client.execute()
+        with tempfile.TemporaryDirectory() as sockets:
+            # IPC sockets in a private folder: nothing listens on the network (and the kernel has no TCP warning)
+            km = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "kernel"))
+            client = NotebookClient(
+                nb,
+                km=km,
+                timeout=timeout,
+                allow_errors=True,
+                resources={"metadata": {"path": str(path.parent.resolve())}},
+            )
+            try:
+                client.execute()
+            finally:
+                if km.has_kernel:
+                    km.shutdown_kernel(now=True)
     finally:
         os.environ.clear()
         os.environ.update(old)
@@ -65,7 +74,12 @@ def check(paths, junitxml=None, timeout=DEFAULT_CELL_TIMEOUT, echo=print):
             out.write_text(json.dumps({"notebook": str(path), "rows": [r.__dict__ for r in rows]}))
             result_files.append(out)
             echo(table(rows, title=f"\n{path}"))
-        args = ["-q", "--tb=no", "-p", "autograder.pytest_plugin", "-p", "no:cacheprovider", "--rootdir", tmp, "-o", "addopts=", "-o", "testpaths="]
+            for row in rows:
+                if row.status != "passed" and row.lines:
+                    echo("\n" + "\n".join(row.lines))
+        # pytest only for its exit code and --junitxml: the table above is the report
+        args = ["-p", "no:terminal", "-p", "autograder.pytest_plugin", "-p", "no:cacheprovider", "--rootdir", tmp,
+                "-o", "addopts=", "-o", "testpaths="]
         if junitxml:
             args.append(f"--junitxml={Path(junitxml).resolve()}")
         return int(pytest.main(args + [str(f) for f in result_files]))

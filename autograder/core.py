@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import inspect
 import math
 import os
 import signal
@@ -118,6 +119,7 @@ class CaseResult:
     diagnosis: str = ""
     not_implemented: bool = False
     timed_out: bool = False
+    detail: tuple = ()  # for a failing public case: its inputs and the first entries that differ
 
 
 @dataclass
@@ -374,32 +376,41 @@ def _fmt(x):
     return f"{x:.3g}"
 
 
+_PLURAL = {"is": "are", "has": "have", "differs": "differ", "contains": "contain", "lacks": "lack"}
+
+
+def _v(what, verb):
+    """`verb` agreeing with the thing `what` names: "the output is", "the weights are"."""
+    head = what.split(" of ")[0].split(" for ")[0].split("[")[0].split()[-1]
+    return _PLURAL[verb] if head.endswith("s") and not head.endswith("ss") else verb
+
+
 def compare_tensor(what, got, want):
     """Return '' when `got` matches `want`, else one sentence saying how it differs."""
     if not isinstance(got, torch.Tensor):
         kind = type(got).__module__ + "." + type(got).__name__ if type(got).__module__ != "builtins" else type(got).__name__
-        return f"{what} is a {kind}, expected a torch.Tensor"
+        return f"{what} {_v(what, 'is')} a {kind}, expected a torch.Tensor"
     if got.shape != want.shape:
-        return f"{what} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+        return f"{what} {_v(what, 'has')} shape {tuple(got.shape)}, expected {tuple(want.shape)}"
     if got.dtype != want.dtype:
-        return f"{what} has dtype {got.dtype}, expected {want.dtype}"
+        return f"{what} {_v(what, 'has')} dtype {got.dtype}, expected {want.dtype}"
     if got.device != want.device:
-        return f"{what} is on {got.device}, expected {want.device}"
+        return f"{what} {_v(what, 'is')} on {got.device}, expected {want.device}"
     if want.dtype == torch.bool or not want.is_floating_point():
         wrong = (got != want).sum().item()
-        return f"{what} differs in {wrong} of {want.numel()} entries" if wrong else ""
+        return f"{what} {_v(what, 'differs')} in {wrong} of {want.numel()} entries" if wrong else ""
     got, want = got.detach(), want.detach()
     bad_got = ~torch.isfinite(got)
     bad_want = ~torch.isfinite(want)
     if bool((bad_got & ~bad_want).any()):
         n = int((bad_got & ~bad_want).sum())
         kind = "NaN" if bool(torch.isnan(got).any()) else "inf"
-        return f"{what} contains {kind} in {n} entries where the reference is finite"
+        return f"{what} {_v(what, 'contains')} {kind} in {n} entries where the reference is finite"
     atol, rtol = TOLERANCES.get(want.dtype, (1e-5, 1e-4))
     diff = (got - want).abs().nan_to_num(0.0)
     limit = atol + rtol * want.abs().nan_to_num(0.0)
     if bool((diff > limit).any()):
-        return f"{what} is off by up to {_fmt(diff.max().item())} (tolerance {_fmt(atol)} + {_fmt(rtol)}·|expected|)"
+        return f"{what} {_v(what, 'is')} off by up to {_fmt(diff.max().item())} (tolerance {_fmt(atol)} + {_fmt(rtol)}·|expected|)"
     return ""
 
 
@@ -413,31 +424,39 @@ def _short(x):
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _entry_name(what, key):
+    """How to call entry `key` of the dict `what`: "the parameter W.weight after the step" for the
+    state a training step leaves (autograder.core.state_of), else what[key]."""
+    if what.startswith("the state after") and isinstance(key, str):
+        return ("" if key.startswith("the ") else "the ") + key + what.removeprefix("the state")
+    return f"{what}[{key!r}]"
+
+
 def compare_value(what, got, want):
     """Like compare_tensor, for any value: tensors, numbers, strings, lists, tuples, dicts."""
     if isinstance(want, torch.Tensor):
         return compare_tensor(what, got, want)
     if isinstance(want, bool) or want is None or isinstance(want, str):
         if type(got) is not type(want):
-            return f"{what} is a {_type_name(got)}, expected a {_type_name(want)}"
-        return "" if got == want else f"{what} is {_short(got)}, expected {_short(want)}"
+            return f"{what} {_v(what, 'is')} a {_type_name(got)}, expected a {_type_name(want)}"
+        return "" if got == want else f"{what} {_v(what, 'is')} {_short(got)}, expected {_short(want)}"
     if isinstance(want, (int, float)):
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
         if isinstance(got, bool) or not isinstance(got, (int, float)):
-            return f"{what} is a {_type_name(got)}, expected a number"
+            return f"{what} {_v(what, 'is')} a {_type_name(got)}, expected a number"
         if isinstance(want, int) and not isinstance(got, int):
-            return f"{what} is {got!r}, expected the integer {want}"
+            return f"{what} {_v(what, 'is')} {got!r}, expected the integer {want}"
         if math.isnan(want) and math.isnan(got):
             return ""
         if abs(got - want) <= 1e-6 + 1e-6 * abs(want):
             return ""
-        return f"{what} is {got:.6g}, expected {want:.6g}"
+        return f"{what} {_v(what, 'is')} {got:.6g}, expected {want:.6g}"
     if isinstance(want, (list, tuple)):
         if not isinstance(got, (list, tuple)):
-            return f"{what} is a {_type_name(got)}, expected a {_type_name(want)}"
+            return f"{what} {_v(what, 'is')} a {_type_name(got)}, expected a {_type_name(want)}"
         if len(got) != len(want):
-            return f"{what} has {len(got)} items, expected {len(want)}"
+            return f"{what} {_v(what, 'has')} {len(got)} items, expected {len(want)}"
         for i, (g, w) in enumerate(zip(got, want)):
             problem = compare_value(f"item {i} of {what}", g, w)
             if problem:
@@ -445,22 +464,23 @@ def compare_value(what, got, want):
         return ""
     if isinstance(want, dict):
         if not isinstance(got, dict):
-            return f"{what} is a {_type_name(got)}, expected a dict"
+            return f"{what} {_v(what, 'is')} a {_type_name(got)}, expected a dict"
         missing, extra = [k for k in want if k not in got], [k for k in got if k not in want]
         if missing:
-            return f"{what} lacks the key(s) {', '.join(map(_short, missing[:3]))}"
+            return f"{what} {_v(what, 'lacks')} the key(s) {', '.join(map(_short, missing[:3]))}"
         if extra:
-            return f"{what} has unexpected key(s) {', '.join(map(_short, extra[:3]))}"
+            return f"{what} {_v(what, 'has')} unexpected key(s) {', '.join(map(_short, extra[:3]))}"
         for k, w in want.items():
-            problem = compare_value(f"{what}[{k!r}]", got[k], w)
+            problem = compare_value(_entry_name(what, k), got[k], w)
             if problem:
                 return problem
         return ""
-    return "" if got == want else f"{what} is {_short(got)}, expected {_short(want)}"
+    return "" if got == want else f"{what} {_v(what, 'is')} {_short(got)}, expected {_short(want)}"
 
 
-def compare_outcomes(got, want, returns=()):
-    """'' when the learner's outputs and gradients match the reference's."""
+def _compared(got, want, returns=()):
+    """(name, learner's value, reference's value) for each output, then each gradient;
+    or a string when the two cannot be lined up."""
     if len(want.outputs) > 1 and len(got.outputs) != len(want.outputs):
         return f"returned {len(got.outputs)} value(s), expected a tuple of {len(want.outputs)}"
     if len(want.outputs) == 1 and len(got.outputs) != 1:
@@ -469,26 +489,89 @@ def compare_outcomes(got, want, returns=()):
         names = [f"the {r}" for r in returns]
     else:
         names = ["the output"] if len(want.outputs) == 1 else [f"returned value {i + 1}" for i in range(len(want.outputs))]
-    for name, g, w in zip(names, got.outputs, want.outputs):
+    pairs = list(zip(names, got.outputs, want.outputs))
+    if want.grads is None or want.grads == "missing":
+        return pairs
+    if got.grads == "missing":
+        return pairs + ["the output carries no gradient (was it detached, or computed outside torch?)"]
+    if isinstance(got.grads, StudentError):
+        return pairs + [f"backpropagating through it raised {got.grads}"]
+    for name, w in want.grads.items():
+        if w is not None:
+            pairs.append((f"the gradient for {name}", got.grads.get(name), w))
+    return pairs
+
+
+def compare_outcomes(got, want, returns=()):
+    """'' when the learner's outputs and gradients match the reference's."""
+    pairs = _compared(got, want, returns)
+    if isinstance(pairs, str):
+        return pairs
+    for pair in pairs:
+        if isinstance(pair, str):
+            return pair
+        name, g, w = pair
+        if g is None:
+            return f"no gradient reaches {name.removeprefix('the gradient for ')}"
         problem = compare_value(name, g, w)
         if problem:
             return problem
-    if want.grads is None or want.grads == "missing":
-        return ""
-    if got.grads == "missing":
-        return "the output carries no gradient (was it detached, or computed outside torch?)"
-    if isinstance(got.grads, StudentError):
-        return f"backpropagating through it raised {got.grads}"
-    for name, w in want.grads.items():
-        g = got.grads.get(name)
-        if w is None:
-            continue
-        if g is None:
-            return f"no gradient reaches {name}"
-        problem = compare_tensor(f"the gradient for {name}", g, w)
-        if problem:
-            return problem
     return ""
+
+
+def first_differences(got, want, returns=(), most=3):
+    """Lines showing where the first differing tensor of two outcomes differs, side by side."""
+    pairs = _compared(got, want, returns)
+    for pair in [] if isinstance(pairs, str) else pairs:
+        if isinstance(pair, str) or pair[1] is None or not compare_value(pair[0], pair[1], pair[2]):
+            continue
+        name, g, w = pair
+        if not (isinstance(g, torch.Tensor) and isinstance(w, torch.Tensor) and g.shape == w.shape):
+            return []
+        g, w = g.detach().cpu(), w.detach().cpu()
+        if w.is_floating_point():
+            atol, rtol = TOLERANCES.get(w.dtype, (1e-5, 1e-4))
+            wrong = ~((g - w).abs() <= atol + rtol * w.abs()) & ~(g.isnan() & w.isnan())
+        else:
+            wrong = g != w
+        where = wrong.nonzero()[:most].tolist()
+        lines = [f"{name}, where it differs (expected → yours):"]
+        lines += [f"  [{', '.join(map(str, i))}]  {_entry(w[tuple(i)])} → {_entry(g[tuple(i)])}" for i in where]
+        return lines
+    return []
+
+
+def _entry(x):
+    x = x.item()
+    return f"{x:.4g}" if isinstance(x, float) else repr(x)
+
+
+def _parameter_names(impl, kind):
+    """The names of the arguments `impl` (or its forward) takes, as far as they can be read."""
+    try:
+        target = impl.forward if kind == "module" else impl
+        return [p for p in inspect.signature(target).parameters if p != "self"]
+    except (TypeError, ValueError, AttributeError):
+        return []
+
+
+def describe_inputs(call, names=()):
+    """Lines describing a case's inputs: shapes and dtypes, and the values of small tensors."""
+    def one(name, x):
+        if isinstance(x, torch.Tensor):
+            text = f"{name}: {tuple(x.shape)} {str(x.dtype).removeprefix('torch.')}"
+            if x.numel() <= 12:
+                values = x.detach().cpu()
+                values = values.round(decimals=3) if values.is_floating_point() else values
+                text += f" = {values.tolist()}"
+            return text
+        return f"{name}: {_short(x)}"
+
+    lines = [one(names[i] if i < len(names) else f"argument {i + 1}", x) for i, x in enumerate(call.args)]
+    lines += [one(k, v) for k, v in call.kwargs.items()]
+    if call.init is not None:
+        lines.insert(0, "built as (" + ", ".join([_short(a) for a in call.init] + [f"{k}={_short(v)}" for k, v in call.init_kwargs.items()]) + ")")
+    return lines
 
 
 def same_outputs(a, b):
@@ -601,7 +684,11 @@ def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
         if isinstance(e, WeightMismatch):
             return CaseResult(case, False, f"its weights could not be loaded: {e}"), got
         return CaseResult(case, False, f"raised {describe_error(e)}"), got
-    return CaseResult(case, not (problem := compare_outcomes(got, want, exercise.returns)), problem), got
+    problem = compare_outcomes(got, want, exercise.returns)
+    if not problem:
+        return CaseResult(case, True), got
+    detail = () if case.hidden else tuple(["inputs:"] + [f"  {line}" for line in describe_inputs(case.make(), _parameter_names(impl, exercise.kind))] + first_differences(got, want, exercise.returns))
+    return CaseResult(case, False, problem, detail=detail), got
 
 
 def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outcomes=None):

@@ -6,8 +6,8 @@ code, not as a second copy of it:
     Mistake("unscaled", UNSCALED, swap(" / math.sqrt(d_k)", ""))
 
 `mutant` applies the edit to the reference's source and compiles the result in
-a copy of the reference module's namespace, so the mistake calls the same
-helpers the reference calls. Its source stays readable (inspect.getsource
+the reference module's namespace, so the mistake calls the same helpers the
+reference calls. Its source stays readable (inspect.getsource
 works, tracebacks show its lines), which the tests use to paste it into a
 notebook as a learner would have typed it.
 """
@@ -53,10 +53,16 @@ def mutant(reference, edit, label):
     source = edit.apply(textwrap.dedent(inspect.getsource(reference)), label)
     filename = f"<mistake {label}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = dict(vars(sys.modules[reference.__module__]))
-    namespace["__name__"] = reference.__module__
-    exec(compile(source, filename, "exec"), namespace)
-    made = namespace[reference.__name__]
+    # Compiled in the reference module's own namespace, so that the mistake sees what the
+    # reference sees, also when the grader swaps an earlier exercise for a learner's mistake
+    # (autograder.verdict.mistakes_in_place); the reference's own name is put back at once.
+    namespace = vars(sys.modules[reference.__module__])
+    kept = namespace[reference.__name__]
+    try:
+        exec(compile(source, filename, "exec"), namespace)
+        made = namespace[reference.__name__]
+    finally:
+        namespace[reference.__name__] = kept
     made.__qualname__ = f"{reference.__qualname__} ({label})"  # inspect.getsource of a class would find the reference's
     made.__mutant_source__ = source
     return made

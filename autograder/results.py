@@ -1,7 +1,7 @@
 """Reading an executed notebook's graded cells: one row per exercise."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autograder.api import RESULT_MIME
 
@@ -13,6 +13,7 @@ class CellResult:
     points: float
     status: str  # passed | partial | failed | not implemented | error
     reason: str
+    lines: list = field(default_factory=list)  # what the check cell printed, for a learner's command line
 
 
 def _grade(cell):
@@ -22,6 +23,10 @@ def _grade(cell):
     return determine_grade(cell)
 
 
+def _wrote_stderr(cell):
+    return any(o.get("output_type") == "stream" and o.get("name") == "stderr" for o in cell.get("outputs", []))
+
+
 def notebook_results(nb):
     """A CellResult for every graded test cell of an executed notebook, in order."""
     rows = []
@@ -29,8 +34,8 @@ def notebook_results(nb):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
             continue
-        score, points = _grade(cell)
         published = next((o["data"][RESULT_MIME] for o in cell.get("outputs", []) if RESULT_MIME in o.get("data", {})), None)
+        score, points = (published["score"], published["points"]) if published and not _wrote_stderr(cell) else _grade(cell)
         error = next((o for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
         exercise = published["exercise"] if published else meta.get("grade_id", "?").removeprefix("check_")
         if published and published["status"] == "not implemented":
@@ -43,7 +48,7 @@ def notebook_results(nb):
             status, reason = "error", f"{error.get('ename')}: {error.get('evalue', '')}".strip()
         else:
             status, reason = "failed", "the cell wrote to stderr or produced no result"
-        rows.append(CellResult(exercise, float(score), float(points), status, _one_line(reason)))
+        rows.append(CellResult(exercise, float(score), float(points), status, _one_line(reason), (published or {}).get("lines", [])))
     return rows
 
 

@@ -42,7 +42,8 @@ HELPERS = "course_lib"
 REFERENCE = "solutions_lib"
 # autograder modules the checks need in a notebook and on the command line (`check`)
 SHIPPED = ("__init__.py", "__main__.py", "api.py", "core.py", "check_notebook.py", "course.py", "results.py",
-           "pytest_plugin.py", "fixtures.py", "registry.py", "reference_data.py", "record.py")
+           "pytest_plugin.py", "fixtures.py", "registry.py", "reference_data.py", "record.py",
+           "progress.py", "reveal.py")
 
 
 class ShipError(Exception):
@@ -218,6 +219,8 @@ def build(root, dest, names=None, force=False, echo=print):
     names = names or assignments(root)
     echo(f"releasing {len(names)} notebook(s)…")
     write_package(root, dest)
+    (dest / "pyproject.toml").write_text(PYPROJECT.replace("{dependencies}", json.dumps(runtime_dependencies(root))))
+    (dest / "README.md").write_text(README)
     shipped = []
     with tempfile.TemporaryDirectory() as tmp:
         release(root, dest=tmp, names=names, examples=False)
@@ -265,8 +268,6 @@ def write_package(root, dest, without=()):
     (dest / HELPERS).mkdir()
     for path in sorted((Path(root) / HELPERS).glob("*.py")):
         (dest / HELPERS / path.name).write_text(without_definitions(path.read_text(), without))
-    (dest / "pyproject.toml").write_text(PYPROJECT.replace("{dependencies}", json.dumps(runtime_dependencies(root))))
-    (dest / "README.md").write_text(README)
 
 
 def runtime_dependencies(root):

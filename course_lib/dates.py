@@ -3,8 +3,9 @@
     date_pairs(3, seed=0) -> [("Wednesday, 3 March 2021", "2021-03-03"), ...]
 
 Everything is generated in code from a seed. Dates run from 1950 to 2049, so a
-two-digit year yy means 20yy when yy < 50 and 19yy otherwise. Formats with
-slashes or dots are always day first (03/04/21 is the 3rd of April).
+two-digit year yy means 20yy when yy < 50 and 19yy otherwise. Numeric formats
+with the year last are always day first (03/04/21 and 3.4.2021 are the 3rd of
+April); 2021/04/03 puts the four-digit year first, then the month and the day.
 """
 import datetime
 import random

@@ -66,11 +66,6 @@ def merge_pair(ids, pair, new_id):
     return out
 
 
-def most_frequent_pair(counts):
-    """The pair train_bpe merges next: the highest count; among ties, the smallest pair (a, b)."""
-    return min(counts, key=lambda pair: (-counts[pair], pair))
-
-
 def train_bpe(text, vocab_size):
     """Learn vocab_size - 256 merges from `text` (fewer if no pair is left).
 
@@ -108,14 +103,6 @@ def encode(text, merges):
             ids = merge_pair(ids, pair, ranks[pair])
         out.extend(ids)
     return out
-
-
-def token_bytes(merges):
-    """The bytes each token stands for, as decode builds them: {id: bytes}, for the 256 bytes and every merge."""
-    vocab = {i: bytes([i]) for i in range(N_BYTES)}
-    for k, (a, b) in enumerate(merges):
-        vocab[N_BYTES + k] = vocab[a] + vocab[b]
-    return vocab
 
 
 def decode(ids, merges):

@@ -40,7 +40,8 @@ class MultiHeadAttention(nn.Module):
     dropout: nn.Dropout(dropout) on the attention weights, active in training mode only.
     query: (B, T_q, d_model); key, value: (B, T_k, d_model)
     mask: bool, broadcastable to (B, T_q, T_k), True = allowed; shared by all heads
-    returns output: (B, T_q, d_model) and weights: (B, h, T_q, T_k), taken before dropout
+    returns output: (B, T_q, d_model) and weights: (B, h, T_q, T_k), taken before dropout;
+    a query whose keys are all masked gets zero weights, so its output is W_o.bias alone
     """
 
     def __init__(self, d_model, h, dropout=0.0):

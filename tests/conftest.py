@@ -31,8 +31,9 @@ def mistake_plan(name):
     into its solution cell, for nbgrader to grade (tests/test_verdict.py takes every mistake through
     the same comparison in this process).
 
-    Mistakes are self-contained, so mistakes in different exercises of one
-    submission cannot change each other's results.
+    A mistake is an edit of the reference, so it calls what the reference calls: in this
+    submission, the earlier exercises' mistakes. The grader compares such an exercise with
+    the reference built on those mistakes (autograder.verdict), so each is named on its own.
     """
     return [{ex.name: ex.mistakes[0] for ex in registry.for_notebook(name) if ex.mistakes}]
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from autograder import CheckFailed, check, registry
-from autograder.core import check_exercise
+from autograder.core import check_case, check_exercise
 
 EXERCISES = registry.all_exercises()
 MISTAKES = [(ex, m) for ex in EXERCISES for m in ex.mistakes]
@@ -110,13 +110,44 @@ def test_endless_loop_is_stopped(monkeypatch):
     assert report.fraction == 0 and "did not finish" in report.failures()[0].problem
 
 
-def test_partial_credit_returns_points_earned(capsys):
+def test_partial_credit_prints_the_points_earned_and_returns_nothing(capsys):
+    # A returned number would leave a stray `Out: 3.0` in the learner's notebook; under grading the
+    # score is written by the grader (autograder.verdict), so the learner's kernel never states it.
     ex = registry.get(SDPA)
     nan_rows = next(m for m in ex.mistakes if m.name == "nan_rows").impl
-    score, _ = run_check(nan_rows)
+    assert check(SDPA, nan_rows) is None
     weights = ex.part_weights()
-    assert score == pytest.approx(ex.points * (1 - weights["a query with every key masked"] / sum(weights.values())))
-    assert "softmax of a row of -inf" in capsys.readouterr().out
+    earned = ex.points * (1 - weights["a query with every key masked"] / sum(weights.values()))
+    out = capsys.readouterr().out
+    assert f"◐ {SDPA}: {earned:g}/{ex.points:g} points" in out and "softmax of a row of -inf" in out
+
+
+def test_a_failing_public_case_shows_its_inputs_and_where_it_differs(capsys):
+    unscaled = next(m for m in registry.get(SDPA).mistakes if m.name == "unscaled").impl
+    with pytest.raises(CheckFailed) as info:
+        check(SDPA, unscaled)
+    lines = info.value.lines
+    first = next(c for c in registry.get(SDPA).cases() if not c.hidden)
+    call = first.make()
+    assert any(line.strip() == f"q: {tuple(call.args[0].shape)} float32" for line in lines), lines
+    at = lines.index(next(line for line in lines if "where it differs (expected → yours)" in line))
+    # the first differing entries, side by side, with the values of the reference and the learner
+    want = registry.get(SDPA).reference(*call.args)[0]
+    got = unscaled(*first.make().args)[0]
+    index = (got - want).abs().gt(1e-4).nonzero()[0].tolist()
+    assert lines[at + 1].split() == f"[{', '.join(map(str, index))}]  {want[tuple(index)].item():.4g} → {got[tuple(index)].item():.4g}".split()
+
+
+def test_a_failing_hidden_case_shows_nothing_of_it():
+    from autograder.api import explain
+    from autograder.core import Report, CaseResult
+
+    ex = registry.get(SDPA)
+    hidden = next(c for c in ex.cases() if c.hidden)
+    result = check_case(ex, next(m for m in ex.mistakes if m.name == "unscaled").impl, hidden)[0]
+    assert not result.ok and result.detail == ()
+    lines, reason = explain(Report(ex, [result]), {})
+    assert "hidden case" in reason and not any("where it differs" in line or "inputs" in line for line in lines)
 
 
 def test_full_marks_return_none(capsys):

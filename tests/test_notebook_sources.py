@@ -50,3 +50,19 @@ def test_solution_cells_never_call_solutions_lib(name):
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("solution"):
             assert "solutions_lib" not in cell.source and "sl." not in cell.source
+
+
+HINT = re.compile(r"<details><summary>Hint (\d) · [^<]+</summary>\n\n(.+?)\n\n</details>", re.S)
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_each_exercise_has_hints_in_tiers_just_above_its_solution_cell(name):
+    # Collapsed (<details>): the idea first, then the approach with the key PyTorch call.
+    nb = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    for ex in registry.for_notebook(name):
+        at = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == ex.name)
+        above = nb.cells[at - 1]
+        tiers = HINT.findall(above.source) if above.cell_type == "markdown" else []
+        assert [int(n) for n, _ in tiers][:2] == [1, 2], f"{ex.name}: no tiered hints just above its solution cell"
+        assert [int(n) for n, _ in tiers] == list(range(1, len(tiers) + 1)) and all(text.strip() for _, text in tiers)
+        assert "`" in tiers[1][1], f"{ex.name}: the second hint names the key call, in code font"

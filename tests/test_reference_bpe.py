@@ -79,9 +79,7 @@ def test_encoding_the_training_text_matches_training():
 def test_training_is_deterministic():
     assert bpe.train_bpe(CORPUS, 300) == bpe.train_bpe(CORPUS, 300)
     # and independent of the order in which pairs are first met
-    counts = bpe.pair_counts([[1, 2], [3, 4], [1, 2], [3, 4]])
-    reordered = dict(reversed(list(counts.items())))
-    assert bpe.most_frequent_pair(counts) == bpe.most_frequent_pair(reordered) == (1, 2)
+    assert bpe.train_bpe("x ab cd ab cd", 262) == bpe.train_bpe("x cd ab cd ab", 262)
 
 
 def test_ties_go_to_the_smallest_pair():
@@ -90,7 +88,6 @@ def test_ties_go_to_the_smallest_pair():
     assert bpe.train_bpe("zyz", 257) == [(121, 122)]
     # In "ba ab" the space pair (32, 97) is as frequent as both and smaller still.
     assert bpe.train_bpe("ba ab", 257) == [(32, 97)]
-    assert bpe.most_frequent_pair({(5, 1): 3, (2, 9): 3, (2, 8): 3, (0, 0): 2}) == (2, 8)
 
 
 def test_merge_pair_does_not_merge_overlaps_twice():
@@ -102,9 +99,9 @@ def test_merge_pair_does_not_merge_overlaps_twice():
 def test_pairs_never_cross_words():
     assert bpe.pair_counts([[1, 2], [3]]) == {(1, 2): 1}
     m = bpe.train_bpe("ab ab ab", 300)
-    vocab = bpe.token_bytes(m)
+    tokens = [bpe.decode([256 + k], m) for k in range(len(m))]
     # no token ends in a non-space and continues with the space of the next word
-    assert all(b" " not in vocab[256 + k][1:] for k in range(len(m)))
+    assert tokens and all(" " not in t[1:] for t in tokens)
 
 
 def test_training_stops_when_no_pair_is_left():

@@ -17,68 +17,68 @@ SIZES = [(1, 1, 4), (2, 5, 8), (3, 7, 16)]
 def inputs(B, T, d, dtype=torch.float64, seed=0):
     g = torch.Generator().manual_seed(seed)
     s = torch.randn(B, d, generator=g, dtype=dtype, requires_grad=True)
-    h = torch.randn(B, T, d, generator=g, dtype=dtype, requires_grad=True)
-    return s, h
+    H = torch.randn(B, T, d, generator=g, dtype=dtype, requires_grad=True)
+    return s, H
 
 
-def explicit(score, s, h):
+def explicit(score, s, H):
     """Loop over batch and positions: score(s_b, h_bi) for each pair."""
-    return torch.stack([torch.stack([score(s[b], h[b, i]) for i in range(h.size(1))]) for b in range(h.size(0))])
+    return torch.stack([torch.stack([score(s[b], H[b, i]) for i in range(H.size(1))]) for b in range(H.size(0))])
 
 
 @pytest.mark.parametrize("B,T,d", SIZES)
 def test_dot_and_scaled_dot_match_the_formula(B, T, d):
-    s, h = inputs(B, T, d)
-    assert sa.dot_score(s, h).shape == (B, T)
-    torch.testing.assert_close(sa.dot_score(s, h), explicit(torch.dot, s, h))
-    torch.testing.assert_close(sa.scaled_dot_score(s, h), explicit(torch.dot, s, h) / math.sqrt(d))
+    s, H = inputs(B, T, d)
+    assert sa.dot_score(s, H).shape == (B, T)
+    torch.testing.assert_close(sa.dot_score(s, H), explicit(torch.dot, s, H))
+    torch.testing.assert_close(sa.scaled_dot_score(s, H), explicit(torch.dot, s, H) / math.sqrt(d))
 
 
 @pytest.mark.parametrize("B,T,d", SIZES)
 def test_general_score_is_s_W_h(B, T, d):
-    s, h = inputs(B, T, d)
-    h = h[..., : max(1, d - 1)]  # d_h differs from d_s
-    score = sa.GeneralScore(d, h.size(-1)).double()
+    s, H = inputs(B, T, d)
+    H = H[..., : max(1, d - 1)]  # d_h differs from d_s
+    score = sa.GeneralScore(d, H.size(-1)).double()
     W = score.W.weight  # (d_s, d_h)
-    torch.testing.assert_close(score(s, h), explicit(lambda si, hi: si @ W @ hi, s, h))
+    torch.testing.assert_close(score(s, H), explicit(lambda si, hi: si @ W @ hi, s, H))
     with torch.no_grad():
-        score.W.weight.copy_(torch.eye(d, h.size(-1)))
-    if h.size(-1) == d:
-        torch.testing.assert_close(score(s, h), sa.dot_score(s, h))
+        score.W.weight.copy_(torch.eye(d, H.size(-1)))
+    if H.size(-1) == d:
+        torch.testing.assert_close(score(s, H), sa.dot_score(s, H))
 
 
 @pytest.mark.parametrize("B,T,d", SIZES)
 def test_additive_score_is_v_tanh_of_W_concat(B, T, d):
-    s, h = inputs(B, T, d)
+    s, H = inputs(B, T, d)
     score = sa.AdditiveScore(d, d, 5).double()
-    W_a = torch.cat([score.W2.weight, score.W1.weight], dim=1)  # W_a [s; h] = W2 s + W1 h
+    W_a = torch.cat([score.W2.weight, score.W1.weight], dim=1)  # W_a [s; h_i] = W2 s + W1 h_i
     v = score.v.weight[0]
-    torch.testing.assert_close(score(s, h), explicit(lambda si, hi: v @ torch.tanh(W_a @ torch.cat([si, hi])), s, h))
+    torch.testing.assert_close(score(s, H), explicit(lambda si, hi: v @ torch.tanh(W_a @ torch.cat([si, hi])), s, H))
 
 
 @pytest.mark.parametrize("B,T,d", SIZES)
 def test_cosine_score_matches_pytorch(B, T, d):
-    s, h = inputs(B, T, d)
-    torch.testing.assert_close(sa.cosine_score(s, h), F.cosine_similarity(s.unsqueeze(1), h, dim=-1))
-    scaled = sa.cosine_score(3 * s, 0.5 * h)
-    torch.testing.assert_close(scaled, sa.cosine_score(s, h))
+    s, H = inputs(B, T, d)
+    torch.testing.assert_close(sa.cosine_score(s, H), F.cosine_similarity(s.unsqueeze(1), H, dim=-1))
+    scaled = sa.cosine_score(3 * s, 0.5 * H)
+    torch.testing.assert_close(scaled, sa.cosine_score(s, H))
 
 
 def test_cosine_score_of_a_zero_vector_is_zero():
-    s, h = inputs(2, 3, 4)
-    h = h.detach().clone()
-    h[0, 1] = 0
-    out = sa.cosine_score(s, h)
+    s, H = inputs(2, 3, 4)
+    H = H.detach().clone()
+    H[0, 1] = 0
+    out = sa.cosine_score(s, H)
     assert torch.isfinite(out).all() and out[0, 1] == 0
 
 
 def test_location_score_ignores_content_and_keeps_first_positions():
-    s, h = inputs(3, 4, 6)
+    s, H = inputs(3, 4, 6)
     score = sa.LocationScore(6, max_len=10).double()
-    out = score(s, h)
+    out = score(s, H)
     assert out.shape == (3, 4)
     torch.testing.assert_close(out, (s @ score.W.weight.T)[:, :4])
-    torch.testing.assert_close(score(s, torch.randn_like(h)), out)
+    torch.testing.assert_close(score(s, torch.randn_like(H)), out)
 
 
 @pytest.mark.parametrize(
@@ -87,8 +87,8 @@ def test_location_score_ignores_content_and_keeps_first_positions():
     ids=["dot", "scaled", "cosine", "general", "additive", "location"],
 )
 def test_score_gradients(score):
-    s, h = inputs(2, 5, 4)
-    assert torch.autograd.gradcheck(lambda s, h: score(s, h), (s, h))
+    s, H = inputs(2, 5, 4)
+    assert torch.autograd.gradcheck(lambda s, H: score(s, H), (s, H))
 
 
 def test_attention_weights_sum_to_one_and_respect_the_mask():
@@ -104,25 +104,25 @@ def test_attention_weights_sum_to_one_and_respect_the_mask():
 
 
 def test_context_vector_is_the_weighted_sum():
-    s, h = inputs(3, 5, 4)
+    s, H = inputs(3, 5, 4)
     alpha = torch.softmax(torch.randn(3, 5, dtype=torch.float64), dim=-1).requires_grad_()
-    a = sa.context_vector(alpha, h)
-    torch.testing.assert_close(a, torch.einsum("bt,btd->bd", alpha, h))
-    torch.testing.assert_close(a, torch.bmm(alpha.unsqueeze(1), h).squeeze(1))
-    assert torch.autograd.gradcheck(sa.context_vector, (alpha, h))
+    a = sa.context_vector(alpha, H)
+    torch.testing.assert_close(a, torch.einsum("bt,btd->bd", alpha, H))
+    torch.testing.assert_close(a, torch.bmm(alpha.unsqueeze(1), H).squeeze(1))
+    assert torch.autograd.gradcheck(sa.context_vector, (alpha, H))
 
 
 def test_decoder_step_follows_the_equations():
     torch.manual_seed(0)
     step = sa.AttentionDecoderStep(vocab_size=9, d_emb=4, d_h=6)
-    y, s_prev, h = torch.tensor([1, 5]), torch.randn(2, 6), torch.randn(2, 7, 6)
+    y, s_prev, H = torch.tensor([1, 5]), torch.randn(2, 6), torch.randn(2, 7, 6)
     mask = torch.ones(2, 7, dtype=torch.bool)
     mask[1, 4:] = False
-    logits, s, alpha = step(y, s_prev, h, mask)
+    logits, s, alpha = step(y, s_prev, H, mask)
     s_want = step.cell(step.embedding(y), s_prev)
-    e = step.attention(s_want, h).masked_fill(~mask, float("-inf"))
+    e = step.attention(s_want, H).masked_fill(~mask, float("-inf"))
     alpha_want = torch.softmax(e, dim=-1)
-    a = (alpha_want.unsqueeze(-1) * h).sum(1)
+    a = (alpha_want.unsqueeze(-1) * H).sum(1)
     torch.testing.assert_close(s, s_want)
     torch.testing.assert_close(alpha, alpha_want)
     torch.testing.assert_close(logits, step.out(torch.cat([a, s_want], dim=-1)))
@@ -173,7 +173,7 @@ class _Scripted:
         B = src.size(0)
         return torch.zeros(B, self.T_src, 1), torch.zeros(B, dtype=torch.long), src != 0
 
-    def decoder(self, y, t, h, mask):
+    def decoder(self, y, t, H, mask):
         self.fed.append(y.tolist())
         logits = F.one_hot(self.script[:, t[0]], 10).float()
         return logits, t + 1, F.one_hot(t % self.T_src, self.T_src).float()

@@ -276,3 +276,15 @@ def test_a_notebook_gets_the_same_grades_and_diagnoses_in_both(dist, tmp_path):
         says = next(m.says for m in registry.get(exercise_name).mistakes if m.name == mistake_name)
         assert failed[exercise_name].endswith(f"Likely mistake: {says}")
     assert graded_in_repository(submissions["mistakes"], tmp_path) == rows
+
+
+@pytest.mark.slow
+def test_reveal_and_progress_in_the_distribution(dist):
+    from autograder.reveal import NOT_SHIPPED
+
+    out = in_dist(dist, "from autograder import reveal\nreveal('causal_mask')")
+    assert out.strip() == NOT_SHIPPED
+    dest, env = dist
+    done = subprocess.run([sys.executable, "-m", "autograder", "progress", "notebooks"], cwd=dest, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "05_self_attention" in done.stdout and "not run yet" in done.stdout, done.stderr

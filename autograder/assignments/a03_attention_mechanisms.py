@@ -75,15 +75,22 @@ def location_cases():
 # ---------------------------------------------------------------- weights and context
 
 
-def _weights_case(seed, B, T, mask=False, dtype=torch.float32, hidden=False):
+def _empty_row(m):
+    """The mask m with every position of one example masked (an empty source)."""
+    m[m.size(0) // 2] = False
+    return m
+
+
+def _weights_case(seed, B, T, mask=False, dtype=torch.float32, hidden=False, empty_row=False):
     def make():
         r = Draw(seed)
         scores = 2 * r.randn(B, T, dtype=dtype)
         if not mask:
             return Call((scores,))
-        return Call((scores,), {"mask": r.mask(B, T)})
+        m = r.mask(B, T)
+        return Call((scores,), {"mask": _empty_row(m) if empty_row else m})
 
-    label = dims(B=B, T=T) + (", mask" if mask else "") + _dtype_label(dtype)
+    label = dims(B=B, T=T) + (", mask" if mask else "") + (", one row all masked" if empty_row else "") + _dtype_label(dtype)
     return Case(label, make, part="with a mask" if mask else "no mask", hidden=hidden)
 
 
@@ -91,7 +98,9 @@ def weights_cases():
     return [
         _weights_case(61, 3, 5), _weights_case(62, 1, 7), _weights_case(63, 4, 6, dtype=torch.float64),
         _weights_case(64, 3, 6, mask=True), _weights_case(65, 2, 8, mask=True, dtype=torch.float64),
+        _weights_case(68, 3, 5, mask=True, empty_row=True),
         _weights_case(66, 5, 4, hidden=True), _weights_case(67, 4, 9, mask=True, hidden=True),
+        _weights_case(69, 4, 7, mask=True, empty_row=True, hidden=True),
     ]
 
 
@@ -114,22 +123,24 @@ def context_cases():
 # ---------------------------------------------------------------- the decoder step
 
 
-def _step_case(seed, B, T, vocab, d_emb, d_h, mask=False, hidden=False):
+def _step_case(seed, B, T, vocab, d_emb, d_h, mask=False, hidden=False, empty_row=False):
     def make():
         r = Draw(seed)
         y_prev = r.integers(0, vocab, B)
-        s_prev, h = r.randn(B, d_h), r.randn(B, T, d_h)
-        kwargs = {"mask": r.mask(B, T)} if mask else {}
-        return Call((y_prev, s_prev, h), kwargs, init=(vocab, d_emb, d_h))
+        s_prev, H = r.randn(B, d_h), r.randn(B, T, d_h)
+        kwargs = {"mask": _empty_row(r.mask(B, T)) if empty_row else r.mask(B, T)} if mask else {}
+        return Call((y_prev, s_prev, H), kwargs, init=(vocab, d_emb, d_h))
 
-    label = dims(B=B, T=T, vocab_size=vocab, d_emb=d_emb, d_h=d_h) + (", mask" if mask else "")
+    label = dims(B=B, T=T, vocab_size=vocab, d_emb=d_emb, d_h=d_h) + (", mask" if mask else "") + (", one row all masked" if empty_row else "")
     return Case(label, make, part="with a mask" if mask else "no mask", hidden=hidden)
 
 
 def step_cases():
     return [
         _step_case(81, 2, 5, 11, 4, 6), _step_case(82, 3, 7, 9, 5, 8), _step_case(83, 3, 6, 11, 4, 6, mask=True),
+        _step_case(86, 3, 5, 11, 4, 6, mask=True, empty_row=True),
         _step_case(84, 4, 8, 13, 6, 5, hidden=True), _step_case(85, 2, 9, 7, 3, 4, mask=True, hidden=True),
+        _step_case(87, 2, 6, 9, 5, 4, mask=True, empty_row=True, hidden=True),
     ]
 
 
@@ -162,48 +173,48 @@ def seq2seq_cases():
 
 UNSCALED = "you did not divide by sqrt(d_h), the width of the vectors."
 SOFTMAX_BATCH = "you took the softmax over the batch (dim=0); each example's weights over its source positions (dim=-1) must sum to 1."
-DOT = "(h @ s.unsqueeze(-1)).squeeze(-1)"
-SCALE = " / math.sqrt(h.size(-1))"
-ADDITIVE_SUM = "torch.tanh(self.W1(h) + self.W2(s).unsqueeze(1))"
+DOT = "(H @ s.unsqueeze(-1)).squeeze(-1)"
+SCALE = " / math.sqrt(H.size(-1))"
+ADDITIVE_SUM = "torch.tanh(self.W1(H) + self.W2(s).unsqueeze(1))"
 NORM_S = "    s = s / s.norm(dim=-1, keepdim=True).clamp_min(eps)\n"
-NORM_H = "    h = h / h.norm(dim=-1, keepdim=True).clamp_min(eps)\n"
+NORM_H = "    H = H / H.norm(dim=-1, keepdim=True).clamp_min(eps)\n"
 MASK_FILL = 'scores = scores.masked_fill(~mask, float("-inf"))'
-FIRST_T = "self.W(s)[:, : h.size(1)]"
-STEP_WEIGHTS = "alpha = attention_weights(self.attention(s, h), mask)"
-START = "h[torch.arange(src.size(0), device=src.device), last]"
-FEED = "self.decoder(tgt_in[:, t], s, h, mask)"
+FIRST_T = "self.W(s)[:, : H.size(1)]"
+STEP_WEIGHTS = "alpha = attention_weights(self.attention(s, H), mask)"
+START = "H[torch.arange(src.size(0), device=src.device), last]"
+FEED = "self.decoder(tgt_in[:, t], s, H, mask)"
 
 EXERCISES = [
     Exercise("dot_score", ref.dot_score, points=1, cases=dot_cases, mistakes=[
-        Mistake("summed_over_time", "you summed over the source positions (dim=1); sum the products over the features, one score per position.", swap(DOT, "(s.unsqueeze(1) * h).sum(dim=1)")),
+        Mistake("summed_over_time", "you summed over the source positions (dim=1); sum the products over the features, one score per position.", swap(DOT, "(s.unsqueeze(1) * H).sum(dim=1)")),
         Mistake("scaled", "this is the plain dot product: do not divide by sqrt(d_h) here (that is the next exercise).", swap(DOT, DOT + SCALE)),
-        Mistake("every_query", "h @ s.T scores every decoder state of the batch against every sequence; each example's state meets only its own encoder states (h @ s.unsqueeze(-1)).", swap(DOT, "h @ s.T")),
+        Mistake("every_query", "H @ s.T scores every decoder state of the batch against every sequence; each example's state meets only its own encoder states (H @ s.unsqueeze(-1)).", swap(DOT, "H @ s.T")),
     ]),
     Exercise("scaled_dot_score", ref.scaled_dot_score, points=1, cases=scaled_cases, mistakes=[
         Mistake("unscaled", UNSCALED, swap(SCALE)),
-        Mistake("by_d", "you divided by d_h instead of sqrt(d_h).", swap(SCALE, " / h.size(-1)")),
-        Mistake("by_T", "you divided by the square root of the number of source positions T; the scale is sqrt(d_h), the width of the vectors.", swap(SCALE, " / math.sqrt(h.size(1))")),
+        Mistake("by_d", "you divided by d_h instead of sqrt(d_h).", swap(SCALE, " / H.size(-1)")),
+        Mistake("by_T", "you divided by the square root of the number of source positions T; the scale is sqrt(d_h), the width of the vectors.", swap(SCALE, " / math.sqrt(H.size(1))")),
     ]),
     Exercise("GeneralScore", ref.GeneralScore, points=1, cases=general_cases, kind="module", mistakes=[
-        Mistake("no_W", "you left out W: the general score is s^T W h_i, i.e. s · W(h_i).", swap("dot_score(s, self.W(h))", "dot_score(s, h)")),
-        Mistake("W_on_state", "you applied W to the decoder state; with self.W = nn.Linear(d_h, d_s) it maps the encoder states: s · W(h_i).", swap("dot_score(s, self.W(h))", "dot_score(self.W(s), h)")),
-        Mistake("scaled", "the general score is not scaled: do not divide by sqrt(d).", swap("dot_score(s, self.W(h))", "dot_score(s, self.W(h)) / math.sqrt(s.size(-1))")),
+        Mistake("no_W", "you left out W: the general score is s^T W h_i, i.e. s · W(h_i).", swap("dot_score(s, self.W(H))", "dot_score(s, H)")),
+        Mistake("W_on_state", "you applied W to the decoder state; with self.W = nn.Linear(d_h, d_s) it maps the encoder states: s · W(h_i).", swap("dot_score(s, self.W(H))", "dot_score(self.W(s), H)")),
+        Mistake("scaled", "the general score is not scaled: do not divide by sqrt(d).", swap("dot_score(s, self.W(H))", "dot_score(s, self.W(H)) / math.sqrt(s.size(-1))")),
     ]),
     Exercise("AdditiveScore", ref.AdditiveScore, points=2, cases=additive_cases, kind="module", mistakes=[
-        Mistake("no_tanh", "the additive score is missing its tanh: v^T tanh(W1 h_i + W2 s); without it the score is linear.", swap(ADDITIVE_SUM, "self.W1(h) + self.W2(s).unsqueeze(1)")),
+        Mistake("no_tanh", "the additive score is missing its tanh: v^T tanh(W1 h_i + W2 s); without it the score is linear.", swap(ADDITIVE_SUM, "self.W1(H) + self.W2(s).unsqueeze(1)")),
         Mistake("sum_instead_of_v", "you summed the tanh features instead of weighting them with v: apply self.v to them.", swap("self.v(hidden).squeeze(-1)", "hidden.sum(-1)")),
-        Mistake("tanh_after_v", "the tanh goes inside, before v: v^T tanh(W1 h_i + W2 s), not tanh(v^T (...)).", swap(ADDITIVE_SUM, "self.W1(h) + self.W2(s).unsqueeze(1)") & swap("self.v(hidden)", "torch.tanh(self.v(hidden))")),
-        Mistake("swapped", "W1 maps the encoder states h and W2 the decoder state s; you swapped them.", swap("self.W1(h) + self.W2(s)", "self.W2(h) + self.W1(s)")),
+        Mistake("tanh_after_v", "the tanh goes inside, before v: v^T tanh(W1 h_i + W2 s), not tanh(v^T (...)).", swap(ADDITIVE_SUM, "self.W1(H) + self.W2(s).unsqueeze(1)") & swap("self.v(hidden)", "torch.tanh(self.v(hidden))")),
+        Mistake("swapped", "W1 maps the encoder states H and W2 the decoder state s; you swapped them.", swap("self.W1(H) + self.W2(s)", "self.W2(H) + self.W1(s)")),
     ]),
     Exercise("cosine_score", ref.cosine_score, points=1, cases=cosine_cases, mistakes=[
         Mistake("only_query", "you normalised only the decoder state s; divide by the norm of each h_i too.", swap(NORM_H)),
         Mistake("only_keys", "you normalised only the encoder states h_i; divide by the norm of s too.", swap(NORM_S)),
-        Mistake("norm_over_time", "you took the norm of h over the source positions (dim=1); each h_i is normalised over its features (dim=-1).", swap("h.norm(dim=-1", "h.norm(dim=1")),
+        Mistake("norm_over_time", "you took the norm of H over the source positions (dim=1); each h_i is normalised over its features (dim=-1).", swap("H.norm(dim=-1", "H.norm(dim=1")),
         Mistake("unnormalised", "this is the plain dot product: divide by |s| |h_i| to get a cosine.", swap(NORM_S) & swap(NORM_H)),
     ]),
     Exercise("LocationScore", ref.LocationScore, points=1, cases=location_cases, kind="module", mistakes=[
-        Mistake("all_positions", "return only the first T scores (T = h.size(1)), one per source position, not all max_len of them.", swap(FIRST_T, "self.W(s)")),
-        Mistake("last_positions", "keep the first T scores, for positions 0..T-1, not the last T.", swap(FIRST_T, "self.W(s)[:, -h.size(1):]")),
+        Mistake("all_positions", "return only the first T scores (T = H.size(1)), one per source position, not all max_len of them.", swap(FIRST_T, "self.W(s)")),
+        Mistake("last_positions", "keep the first T scores, for positions 0..T-1, not the last T.", swap(FIRST_T, "self.W(s)[:, -H.size(1):]")),
         Mistake("softmax", "return the scores, not the weights: the softmax comes later, in attention_weights.", swap(FIRST_T, f"torch.softmax({FIRST_T}, dim=-1)")),
     ]),
     Exercise("attention_weights", ref.attention_weights, points=1, cases=weights_cases, parts={"no mask": 2, "with a mask": 1}, mistakes=[
@@ -211,32 +222,33 @@ EXERCISES = [
         Mistake("mask_after_softmax", "you applied the mask after the softmax, so the weights no longer sum to 1; fill the scores with -inf before it.", swap(MASK_FILL, "return torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)")),
         Mistake("mask_inverted", "your mask polarity is inverted: True means 'may attend', so fill the scores where the mask is False.", swap("~mask", "mask")),
         Mistake("mask_ignored", "you ignored the mask; positions where it is False must get weight 0.", swap(f"    if mask is not None:\n        {MASK_FILL}\n")),
+        Mistake("nan_rows", "a row whose positions are all masked gets NaN (softmax of a row of -inf alone is 0/0); give such a row zero weights, e.g. with .nan_to_num(0.0).", swap(".nan_to_num(0.0)")),
     ]),
     Exercise("context_vector", ref.context_vector, points=1, cases=context_cases, mistakes=[
         Mistake("over_features", "you summed over the features (dim=-1); the context sums the weighted states over the source positions (dim=1).", swap(".sum(dim=1)", ".sum(dim=-1)")),
         Mistake("over_batch", "you summed over the batch (dim=0); the context sums the weighted states over the source positions (dim=1).", swap(".sum(dim=1)", ".sum(dim=0)")),
         Mistake("mean", "you averaged the weighted states; the weights already sum to 1, so add them up (sum, not mean).", swap(".sum(dim=1)", ".mean(dim=1)")),
-        Mistake("unweighted", "you added the states without weighting them by alpha.", swap("(alpha.unsqueeze(-1) * h).sum(dim=1)", "h.sum(dim=1)")),
+        Mistake("unweighted", "you added the states without weighting them by alpha.", swap("(alpha.unsqueeze(-1) * H).sum(dim=1)", "H.sum(dim=1)")),
     ]),
     Exercise(
         "AttentionDecoderStep", ref.AttentionDecoderStep, points=3, cases=step_cases, kind="module",
         parts={"no mask": 2, "with a mask": 1}, depends_on=("AdditiveScore", "attention_weights", "context_vector"),
         returns=("logits", "new state", "attention weights"),
         mistakes=[
-            Mistake("old_state", "you scored the encoder states with the previous state s_prev; update the state first and attend with the new s.", swap("self.attention(s, h)", "self.attention(s_prev, h)")),
+            Mistake("old_state", "you scored the encoder states with the previous state s_prev (Bahdanau's order); this step follows Luong's: update the state first and attend with the new s.", swap("self.attention(s, H)", "self.attention(s_prev, H)")),
             Mistake("swapped_concat", "the output layer reads [a; s], the context first, then the state.", swap("torch.cat([a, s]", "torch.cat([s, a]")),
-            Mistake("softmax_over_batch", SOFTMAX_BATCH, swap(STEP_WEIGHTS, f"scores = self.attention(s, h)\n        if mask is not None:\n            {MASK_FILL}\n        alpha = torch.softmax(scores, dim=0)")),
-            Mistake("ignores_mask", "the step ignores its mask; pass it on to attention_weights so that padding gets no weight.", swap(STEP_WEIGHTS, "alpha = attention_weights(self.attention(s, h))")),
+            Mistake("softmax_over_batch", SOFTMAX_BATCH, swap(STEP_WEIGHTS, f"scores = self.attention(s, H)\n        if mask is not None:\n            {MASK_FILL}\n        alpha = torch.softmax(scores, dim=0)")),
+            Mistake("ignores_mask", "the step ignores its mask; pass it on to attention_weights so that padding gets no weight.", swap(STEP_WEIGHTS, "alpha = attention_weights(self.attention(s, H))")),
         ],
     ),
     Exercise(
         "Seq2SeqAttention", ref.Seq2SeqAttention, points=3, cases=seq2seq_cases, kind="module",
         depends_on=("AttentionDecoderStep",), returns=("logits", "attention weights"),
         mistakes=[
-            Mistake("padded_end", "the decoder starts from the encoder state after the padding; take each source's state at its last real token (position length - 1).", swap(START, "h[:, -1]")),
-            Mistake("zero_state", "the decoder starts from zeros; start it from the encoder's state at the last real token of each source.", swap(START, "torch.zeros_like(h[:, 0])")),
-            Mistake("no_padding_mask", "you attend to the padding too; pass the mask src != 0 to every decoder step.", swap(FEED, "self.decoder(tgt_in[:, t], s, h)")),
-            Mistake("own_predictions", "during training feed the decoder the given inputs tgt_in[:, t] (teacher forcing), not its own predictions.", swap("        for t in", "        y = tgt_in[:, 0]\n        for t in") & swap(FEED, "self.decoder(y, s, h, mask)") & swap("logits.append(step_logits)\n", "logits.append(step_logits)\n            y = step_logits.argmax(dim=-1)\n")),
+            Mistake("padded_end", "the decoder starts from the encoder state after the padding; take each source's state at its last real token (position length - 1).", swap(START, "H[:, -1]")),
+            Mistake("zero_state", "the decoder starts from zeros; start it from the encoder's state at the last real token of each source.", swap(START, "torch.zeros_like(H[:, 0])")),
+            Mistake("no_padding_mask", "you attend to the padding too; pass the mask src != 0 to every decoder step.", swap(FEED, "self.decoder(tgt_in[:, t], s, H)")),
+            Mistake("own_predictions", "during training feed the decoder the given inputs tgt_in[:, t] (teacher forcing), not its own predictions.", swap("        for t in", "        y = tgt_in[:, 0]\n        for t in") & swap(FEED, "self.decoder(y, s, H, mask)") & swap("logits.append(step_logits)\n", "logits.append(step_logits)\n            y = step_logits.argmax(dim=-1)\n")),
         ],
     ),
 ]

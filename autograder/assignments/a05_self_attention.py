@@ -119,7 +119,11 @@ def _self_attention_case(seed, B, T, d_model, d_k, mask=None, part="no mask", hi
         x = r.randn(B, T, d_model)
         if mask is None:
             return Call((x,), init=(d_model, d_k))
-        m = sl.causal_mask(T) if mask == "causal" else sl.padding_mask(r.integers(1, T + 1, B), T)
+        if mask == "one row empty":
+            m = r.mask(B, T, T)
+            m[0, T // 2] = False  # this query may attend to nothing
+        else:
+            m = sl.causal_mask(T) if mask == "causal" else sl.padding_mask(r.integers(1, T + 1, B), T)
         return Call((x,), {"mask": m}, init=(d_model, d_k))
 
     label = dims(B=B, T=T, d_model=d_model, d_k=d_k) + ("" if mask is None else f", {mask} mask")
@@ -131,8 +135,10 @@ def self_attention_cases():
         _self_attention_case(41, 2, 5, 8, 4), _self_attention_case(42, 1, 3, 6, 6),
         _self_attention_case(43, 2, 5, 8, 4, mask="causal", part="with a mask"),
         _self_attention_case(44, 3, 6, 8, 8, mask="padding", part="with a mask"),
+        _self_attention_case(47, 2, 5, 8, 4, mask="one row empty", part="with a mask"),
         _self_attention_case(45, 3, 7, 12, 8, hidden=True),
         _self_attention_case(46, 2, 9, 10, 6, mask="padding", part="with a mask", hidden=True),
+        _self_attention_case(48, 3, 6, 10, 6, mask="one row empty", part="with a mask", hidden=True),
     ]
 
 

@@ -48,6 +48,8 @@ def merge_cases():
 
 # ---------------------------------------------------------------- MultiHeadAttention
 
+EMPTY_ROW = "one query sees no key"
+
 
 def _mha_case(seed, B, T_q, T_k, d_model, h, mask=None, part="self-attention", dtype=torch.float32, hidden=False):
     cross = part == "cross-attention" or T_q != T_k
@@ -65,9 +67,14 @@ def _mha_case(seed, B, T_q, T_k, d_model, h, mask=None, part="self-attention", d
             kwargs["mask"] = sl.padding_mask(lengths, T_k)
         elif mask == "causal+padding":
             kwargs["mask"] = sl.causal_mask(T_q) & sl.padding_mask(r.integers(1, T_k + 1, B), T_k)
+        elif mask == EMPTY_ROW:  # a random (B, T_q, T_k) mask in which one query may attend to no key
+            m = r.mask(B, T_q, T_k)
+            m[0, T_q // 2] = False
+            kwargs["mask"] = m
         return Call((q, kv, kv), kwargs, init=(d_model, h))
 
-    label = dims(B=B, T_q=T_q, T_k=T_k, d_model=d_model, h=h) + ("" if mask is None else f", {mask} mask") + _dtype_label(dtype)
+    says = {None: "", EMPTY_ROW: f", random mask, query {T_q // 2} sees no key"}.get(mask, f", {mask} mask")
+    label = dims(B=B, T_q=T_q, T_k=T_k, d_model=d_model, h=h) + says + _dtype_label(dtype)
     return Case(label, make, part=part, hidden=hidden)
 
 
@@ -77,6 +84,8 @@ def mha_cases():
         _mha_case(24, 2, 4, 6, 8, 2, part="cross-attention"), _mha_case(25, 3, 2, 5, 12, 4, part="cross-attention", hidden=True),
         _mha_case(26, 2, 5, 5, 8, 2, mask="causal", part="masks"), _mha_case(27, 2, 3, 6, 8, 2, mask="padding", part="masks"),
         _mha_case(28, 3, 6, 6, 12, 3, mask="causal+padding", part="masks", hidden=True),
+        _mha_case(29, 3, 5, 5, 8, 2, mask=EMPTY_ROW, part="masks"),
+        _mha_case(30, 2, 4, 7, 12, 3, mask=EMPTY_ROW, part="masks", hidden=True),
     ]
 
 
@@ -139,9 +148,10 @@ def _hidden_model():
 
 # ---------------------------------------------------------------- the catalog
 
-# Most MultiHeadAttention mistakes also insert the mask's head axis with mask.unsqueeze(1), as the lesson
-# suggests for a 3-D mask: right for a padding mask, a broadcasting error on the 2-D (T_q, T_k) causal mask.
+# The head axis of the mask inserted at position 1: right for a (B, T_q, T_k) mask, a broadcasting error
+# (or, when T_q == h, a silently wrong mask) for the 2-D (T_q, T_k) causal mask.
 HEAD_AXIS_1 = swap("mask.unsqueeze(-3)", "mask.unsqueeze(1)")
+NAN_TO_ZERO = "        if mask is not None:\n            weights = weights.nan_to_num(0.0)\n"
 
 # Each head's q, k, v reshaped straight to (B, h, T, d_k), without split_heads' transpose.
 SPLIT_WITHOUT_TRANSPOSE = (
@@ -166,12 +176,18 @@ EXERCISES = [
         parts={"self-attention": 2, "cross-attention": 1, "masks": 1}, depends_on=("split_heads", "merge_heads"),
         returns=("output", "weights"),
         mistakes=[
-            Mistake("split_wrong_axis", "your heads are split along the wrong axis: reshape to (B, T, h, d_k) and transpose(1, 2), not straight to (B, h, T, d_k).", SPLIT_WITHOUT_TRANSPOSE & HEAD_AXIS_1),
-            Mistake("merge_wrong_order", "you merged the heads in the wrong order: transpose (B, h, T, d_k) back to (B, T, h, d_k) before reshaping to (B, T, d_model).", swap("merge_heads(self.dropout(weights) @ v)", "(self.dropout(weights) @ v).reshape(query.shape)") & HEAD_AXIS_1),
-            Mistake("no_output_projection", "the concatenated heads must go through the output projection W_o.", swap("self.W_o(merge_heads(self.dropout(weights) @ v))", "merge_heads(self.dropout(weights) @ v)") & HEAD_AXIS_1),
-            Mistake("scaled_by_d_model", "you divided the scores by sqrt(d_model); each head works in d_k = d_model / h dimensions, so divide by sqrt(d_k).", swap("math.sqrt(self.d_k)", "math.sqrt(query.size(-1))") & HEAD_AXIS_1),
-            Mistake("mask_not_broadcast", "your mask is not broadcast over the heads: the scores are (B, h, T_q, T_k), so insert a head axis with mask.unsqueeze(1).", swap("~mask.unsqueeze(-3)", "~mask")),
-            Mistake("averaged_weights", "you averaged the weights over the heads (nn.MultiheadAttention's default); return every head's weights, (B, h, T_q, T_k).", swap(")), weights", ")), weights.mean(dim=1)") & HEAD_AXIS_1),
+            Mistake("split_wrong_axis", "your heads are split along the wrong axis: reshape to (B, T, h, d_k) and transpose(1, 2), not straight to (B, h, T, d_k).", SPLIT_WITHOUT_TRANSPOSE),
+            Mistake("merge_wrong_order", "you merged the heads in the wrong order: transpose (B, h, T, d_k) back to (B, T, h, d_k) before reshaping to (B, T, d_model).", swap("merge_heads(self.dropout(weights) @ v)", "(self.dropout(weights) @ v).reshape(query.shape)")),
+            Mistake("no_output_projection", "the concatenated heads must go through the output projection W_o.", swap("self.W_o(merge_heads(self.dropout(weights) @ v))", "merge_heads(self.dropout(weights) @ v)")),
+            Mistake("scaled_by_d_model", "you divided the scores by sqrt(d_model); each head works in d_k = d_model / h dimensions, so divide by sqrt(d_k).", swap("math.sqrt(self.d_k)", "math.sqrt(query.size(-1))")),
+            Mistake("divided_by_dk", "you divided the scores by d_k instead of sqrt(d_k).", swap("/ math.sqrt(self.d_k)", "/ self.d_k")),
+            Mistake("softmax_wrong_axis", "you took the softmax over the queries (dim=-2); each query's weights over the keys (dim=-1) must sum to 1.", swap("dim=-1", "dim=-2")),
+            Mistake("mask_not_broadcast", "your mask is not broadcast over the heads: the scores are (B, h, T_q, T_k), so insert a head axis before the last two, mask.unsqueeze(-3), which fits (T_q, T_k) and (B, T_q, T_k) masks alike.", swap("~mask.unsqueeze(-3)", "~mask")),
+            Mistake("mask_head_axis_1", "mask.unsqueeze(1) misplaces the head axis of a 2-D (T_q, T_k) causal mask; use mask.unsqueeze(-3), which fits (T_q, T_k) and (B, T_q, T_k) masks alike.", HEAD_AXIS_1),
+            Mistake("mask_inverted", "your mask polarity is inverted: True means 'may attend', so fill the scores with -inf where the mask is False (~mask).", swap("masked_fill(~mask", "masked_fill(mask")),
+            Mistake("nan_rows", "a query whose keys are all masked gets NaN (softmax of a row of -inf is 0/0); give such rows zero weight, e.g. weights.nan_to_num(0.0).", swap(NAN_TO_ZERO, "")),
+            Mistake("large_negative", "you filled masked scores with a large finite number, so a query whose keys are all masked spreads its weight evenly instead of attending to nothing; use -inf, then nan_to_num(0.0).", swap('float("-inf")', "-1e9")),
+            Mistake("averaged_weights", "you averaged the weights over the heads (nn.MultiheadAttention's default); return every head's weights, (B, h, T_q, T_k).", swap(")), weights", ")), weights.mean(dim=1)")),
         ],
     ),
     Exercise("mha_state_from_pytorch", mh.mha_state_from_pytorch, points=2, cases=state_cases, mistakes=[

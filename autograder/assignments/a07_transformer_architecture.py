@@ -68,8 +68,16 @@ def ff_cases():
 
 # ---------------------------------------------------------------- layers and stacks
 
+EMPTY_ROWS = "padded queries see no key"
+
+
+def _queries(lengths, T):
+    """(B, T, 1): True at the real query positions; & with a mask, the padded queries see no key."""
+    return sl.padding_mask(lengths, T).transpose(1, 2)
+
 
 def _layer_case(seed, kind, B, T_src, T_tgt, d_model, h, d_ff, N=None, masks=False, part="no mask", dtype=torch.float32, hidden=False):
+    """masks: False, True (a source padding mask) or EMPTY_ROWS (padded queries, source and target, see no key)."""
     def make():
         r = Draw(seed)
         init = (d_model, h, d_ff) if N is None else (d_model, h, d_ff, N)
@@ -78,9 +86,16 @@ def _layer_case(seed, kind, B, T_src, T_tgt, d_model, h, d_ff, N=None, masks=Fal
         lengths[0], lengths[-1] = 1, T_src
         src_mask = sl.padding_mask(lengths, T_src) if masks else None
         if kind == "encoder":
+            if masks == EMPTY_ROWS:
+                src_mask = src_mask & _queries(lengths, T_src)
             return Call((src,), {"mask": src_mask} if masks else {}, init=init)
         x = r.randn(B, T_tgt, d_model, dtype=dtype)
         tgt_mask = sl.causal_mask(T_tgt)
+        if masks == EMPTY_ROWS:
+            tgt_lengths = r.integers(1, T_tgt + 1, B)
+            tgt_lengths[0] = 1
+            src_mask = src_mask & _queries(tgt_lengths, T_tgt)
+            tgt_mask = tgt_mask & _queries(tgt_lengths, T_tgt)
         if masks:
             return Call((x, src), {"src_mask": src_mask, "tgt_mask": tgt_mask}, init=init)
         return Call((x, src), {"tgt_mask": tgt_mask}, init=init)
@@ -88,7 +103,8 @@ def _layer_case(seed, kind, B, T_src, T_tgt, d_model, h, d_ff, N=None, masks=Fal
     sizes = dict(B=B) | (dict(T=T_src) if kind == "encoder" else dict(T_tgt=T_tgt, T_src=T_src)) | dict(d_model=d_model, h=h, d_ff=d_ff)
     sizes |= {} if N is None else dict(N=N)
     extra = "" if kind == "encoder" else ", causal tgt_mask"
-    label = dims(**sizes) + extra + (", source padding mask" if masks else "") + _dtype_label(dtype)
+    says = {False: "", True: ", source padding mask"}.get(masks, ", padding masks under which padded queries see no key")
+    label = dims(**sizes) + extra + says + _dtype_label(dtype)
     return Case(label, make, part=part, hidden=hidden)
 
 
@@ -98,6 +114,8 @@ def encoder_layer_cases():
         _layer_case(23, "encoder", 3, 6, None, 8, 2, 16, masks=True, part="padding mask"),
         _layer_case(24, "encoder", 2, 7, None, 16, 4, 32, masks=True, part="padding mask", hidden=True),
         _layer_case(25, "encoder", 2, 4, None, 12, 3, 24, hidden=True),
+        _layer_case(26, "encoder", 3, 5, None, 8, 2, 16, masks=EMPTY_ROWS, part="padding mask"),
+        _layer_case(27, "encoder", 2, 6, None, 12, 3, 24, masks=EMPTY_ROWS, part="padding mask", hidden=True),
     ]
 
 
@@ -107,6 +125,8 @@ def encoder_cases():
         _layer_case(32, "encoder", 3, 6, None, 8, 2, 16, N=3, masks=True, part="padding mask"),
         _layer_case(33, "encoder", 2, 4, None, 12, 3, 24, N=2, masks=True, part="padding mask", hidden=True),
         _layer_case(34, "encoder", 2, 3, None, 8, 2, 16, N=2, hidden=True),
+        _layer_case(35, "encoder", 3, 5, None, 8, 2, 16, N=2, masks=EMPTY_ROWS, part="padding mask"),
+        _layer_case(36, "encoder", 2, 6, None, 12, 3, 24, N=2, masks=EMPTY_ROWS, part="padding mask", hidden=True),
     ]
 
 
@@ -116,6 +136,8 @@ def decoder_layer_cases():
         _layer_case(43, "decoder", 3, 6, 5, 8, 2, 16, masks=True, part="padding mask"),
         _layer_case(44, "decoder", 2, 7, 3, 16, 4, 32, masks=True, part="padding mask", hidden=True),
         _layer_case(45, "decoder", 2, 5, 3, 12, 3, 24, hidden=True),
+        _layer_case(46, "decoder", 3, 5, 4, 8, 2, 16, masks=EMPTY_ROWS, part="padding mask"),
+        _layer_case(47, "decoder", 2, 6, 5, 12, 3, 24, masks=EMPTY_ROWS, part="padding mask", hidden=True),
     ]
 
 
@@ -125,6 +147,8 @@ def decoder_cases():
         _layer_case(52, "decoder", 3, 5, 6, 8, 2, 16, N=3, masks=True, part="padding mask"),
         _layer_case(53, "decoder", 2, 4, 5, 12, 3, 24, N=2, masks=True, part="padding mask", hidden=True),
         _layer_case(54, "decoder", 2, 3, 4, 8, 2, 16, N=2, hidden=True),
+        _layer_case(55, "decoder", 3, 5, 4, 8, 2, 16, N=2, masks=EMPTY_ROWS, part="padding mask"),
+        _layer_case(56, "decoder", 2, 6, 5, 12, 3, 24, N=2, masks=EMPTY_ROWS, part="padding mask", hidden=True),
     ]
 
 
@@ -138,10 +162,15 @@ def _transformer_case(seed, B, T_src, T_tgt, src_vocab, tgt_vocab, d_model, h, N
         lengths = r.integers(1, T_src + 1, B)
         lengths[0], lengths[-1] = 1, T_src
         tgt_lengths = r.integers(1, T_tgt + 1, B)
-        return Call((src, tgt), {"src_mask": sl.padding_mask(lengths, T_src), "tgt_mask": sl.padding_mask(tgt_lengths, T_tgt)}, init=init, init_kwargs=sizes)
+        tgt_mask = sl.padding_mask(tgt_lengths, T_tgt)
+        if masks == EMPTY_ROWS:
+            tgt_lengths[0] = 1
+            tgt_mask = sl.padding_mask(tgt_lengths, T_tgt) & _queries(tgt_lengths, T_tgt)
+        return Call((src, tgt), {"src_mask": sl.padding_mask(lengths, T_src), "tgt_mask": tgt_mask}, init=init, init_kwargs=sizes)
 
     label = dims(B=B, T_src=T_src, T_tgt=T_tgt, src_vocab=src_vocab, tgt_vocab=tgt_vocab, d_model=d_model, h=h, N=N, d_ff=d_ff)
-    label += (", padding masks" if masks else "") + (", tie_weights=True" if tie else "")
+    says = {False: "", True: ", padding masks"}.get(masks, ", padding masks, padded target queries see no key")
+    label += says + (", tie_weights=True" if tie else "")
     return Case(label, make, part=part, hidden=hidden)
 
 
@@ -153,6 +182,8 @@ def transformer_cases():
         _transformer_case(64, 2, 7, 6, 12, 9, 12, 3, 2, 24, masks=True, part="padding masks", hidden=True),
         _transformer_case(65, 2, 6, 5, 10, 11, 8, 2, 2, 16, hidden=True),
         _transformer_case(66, 2, 5, 4, 9, 9, 12, 3, 1, 24, tie=True, part="tied weights", hidden=True),
+        _transformer_case(67, 3, 5, 5, 10, 8, 8, 2, 1, 16, masks=EMPTY_ROWS, part="padding masks"),
+        _transformer_case(68, 2, 6, 6, 9, 11, 12, 3, 2, 24, masks=EMPTY_ROWS, part="padding masks", hidden=True),
     ]
 
 

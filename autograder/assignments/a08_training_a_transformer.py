@@ -241,6 +241,7 @@ EXERCISES = [
     ]),
     Exercise("make_masks", ref.make_masks, points=2, cases=masks_cases, returns=("src_mask", "tgt_mask"), mistakes=[
         Mistake("not_causal", "your target mask is not causal, so the decoder may look at the future tokens it has to predict; combine it with a lower-triangular mask.", swap(".tril()", "")),
+        Mistake("upper_triangle", "you used the upper triangle (triu), so each position may look at the future and not at the past; the causal mask is lower-triangular: tril().", swap(".tril()", ".triu()")),
         Mistake("inverted", "your masks are inverted: True must mark what may be attended to (real tokens, the past).", swap("src != pad_id", "src == pad_id") & swap(".tril()", ".triu(1)") & swap("causal & (tgt_in != pad_id)", "causal | (tgt_in == pad_id)")),
         Mistake("causal_only", "your target mask ignores padding; combine the causal mask with (tgt_in != pad_id) for the keys.", swap("causal & (tgt_in != pad_id).unsqueeze(1)", "causal.expand(tgt_in.size(0), T, T)")),
         Mistake("no_query_axis", "the source mask needs shape (B, 1, T_src): the middle axis broadcasts over the query positions.", swap("(src != pad_id).unsqueeze(1)", "src != pad_id")),
@@ -249,6 +250,8 @@ EXERCISES = [
     Exercise("label_smoothed_cross_entropy", ref.label_smoothed_cross_entropy, points=3, cases=loss_cases, parts={"no smoothing": 1, "smoothing": 2}, mistakes=[
         Mistake("counts_padding", "you averaged over every position, padding included; average over the positions whose target is not pad_id.", swap("per_token[target != pad_id].mean()", "per_token.mean()")),
         Mistake("smoothing_on_pad", "you gave part of the smoothing mass to the padding token; it gets 0, and the other V - 2 tokens share smoothing evenly.", swap(Q_FILL, "torch.full_like(log_p, smoothing / (V - 1))") & swap("    q[..., pad_id] = 0.0\n", "")),
+        Mistake("smoothing_over_v_minus_1", "you spread the smoothing over V - 1 tokens, but neither the true token nor <pad> gets a share of it: divide by V - 2, so that q sums to 1.", swap(Q_FILL, "torch.full_like(log_p, smoothing / (V - 1))")),
+        Mistake("pad_column_kept", "you did not zero the <pad> column of q, so the model is asked to predict <pad> a little; set q[..., pad_id] = 0 after the scatter.", swap("    q[..., pad_id] = 0.0\n", "")),
         Mistake("sum_not_mean", "you summed the loss over the tokens; average it, so that its size does not depend on the batch.", swap("].mean()", "].sum()")),
         Mistake("no_log", "you multiplied by the probabilities instead of the log-probabilities; use F.log_softmax.", swap("F.log_softmax", "F.softmax")),
         Mistake("ignores_smoothing", "your loss ignores the smoothing argument: put 1 - smoothing on the target and smoothing / (V - 2) on every other token except padding.", swap(Q_FILL, "torch.full_like(log_p, 0.0)") & swap("1.0 - smoothing", "1.0")),
@@ -264,9 +267,11 @@ EXERCISES = [
         depends_on=("shift_right", "make_masks", "label_smoothed_cross_entropy"),
         mistakes=[
             Mistake("not_shifted", "you fed the targets themselves to the decoder: with teacher forcing it reads shift_right(tgt), <bos> then the previous targets.", swap("tgt_in = shift_right(tgt, bos_id)", "tgt_in = tgt")),
+            Mistake("loss_against_input", "you computed the loss against tgt_in, the decoder's input; compare the logits with tgt, the targets that were not shifted.", swap("label_smoothed_cross_entropy(logits, tgt, ", "label_smoothed_cross_entropy(logits, tgt_in, ")),
             Mistake("no_zero_grad", "you did not clear the old gradients (optimizer.zero_grad()), so this batch's gradients were added to the previous ones.", swap("    optimizer.zero_grad()\n", "")),
             Mistake("no_clip", "you did not clip the gradient norm; call nn.utils.clip_grad_norm_(model.parameters(), clip) between backward() and optimizer.step().", swap("    nn.utils.clip_grad_norm_(model.parameters(), clip)\n", "")),
             Mistake("no_scheduler", "you did not advance the learning-rate schedule: call scheduler.step() after optimizer.step().", swap("    scheduler.step()\n", "")),
+            Mistake("scheduler_first", "you stepped the schedule before the optimizer, so this update already used the next step's learning rate; call optimizer.step() first, then scheduler.step().", swap("    optimizer.step()\n    scheduler.step()\n", "    scheduler.step()\n    optimizer.step()\n")),
         ],
     ),
     Exercise("greedy_decode", ref.greedy_decode, points=2, cases=decode_cases, mistakes=[
