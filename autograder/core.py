@@ -526,18 +526,21 @@ def first_differences(got, want, returns=(), most=3):
         if isinstance(pair, str) or pair[1] is None or not compare_value(pair[0], pair[1], pair[2]):
             continue
         name, g, w = pair
-        if not (isinstance(g, torch.Tensor) and isinstance(w, torch.Tensor) and g.shape == w.shape):
+        same_kind = isinstance(g, torch.Tensor) and isinstance(w, torch.Tensor) and type(g) is torch.Tensor
+        if not (same_kind and g.shape == w.shape and g.dtype == w.dtype and g.device == w.device):
+            return []  # the reason already says how they differ; entries side by side would not help
+        try:
+            g, w = g.detach().cpu(), w.detach().cpu()
+            if w.is_floating_point():
+                atol, rtol = TOLERANCES.get(w.dtype, (1e-5, 1e-4))
+                wrong = ~((g - w).abs() <= atol + rtol * w.abs()) & ~(g.isnan() & w.isnan())
+            else:
+                wrong = g != w
+            where = wrong.nonzero()[:most].tolist()
+            entries = [f"  [{', '.join(map(str, i))}]  {_entry(w[tuple(i)])} → {_entry(g[tuple(i)])}" for i in where]
+        except Exception:  # a learner's odd tensor must never break the check
             return []
-        g, w = g.detach().cpu(), w.detach().cpu()
-        if w.is_floating_point():
-            atol, rtol = TOLERANCES.get(w.dtype, (1e-5, 1e-4))
-            wrong = ~((g - w).abs() <= atol + rtol * w.abs()) & ~(g.isnan() & w.isnan())
-        else:
-            wrong = g != w
-        where = wrong.nonzero()[:most].tolist()
-        lines = [f"{name}, where it differs (expected → yours):"]
-        lines += [f"  [{', '.join(map(str, i))}]  {_entry(w[tuple(i)])} → {_entry(g[tuple(i)])}" for i in where]
-        return lines
+        return [f"{name}, where it differs (expected → yours):"] + entries
     return []
 
 

@@ -86,10 +86,16 @@ def judge(ex, outcomes, earlier, used=()):
         mistakes = known_mistakes(ex, {name: r for name, r in earlier.items() if name in used or name not in ex.depends_on})
         if report.fraction < 1 and mistakes:
             other = core.check_exercise(built_on(ex, mistakes), None, hidden=True, outcomes=outcomes)
-            if other.score > report.score:
+            if other.score > report.score or other.score == report.score and named(other) and not named(report):
                 other.exercise, other.through = ex, tuple(sorted(mistakes))
                 return other
     return report
+
+
+def named(report):
+    """Whether a Report names a catalogued mistake for its first failure."""
+    failures = report.failures()
+    return bool(failures and failures[0].diagnosis)
 
 
 def known_mistakes(ex, earlier):
@@ -100,8 +106,9 @@ def known_mistakes(ex, earlier):
         report = earlier.get(name)
         if report is None or report.fraction == 1.0 and not report.through:
             continue
-        if report.fraction == 1.0:  # right on its own, built on mistakes further back
+        if report.through:  # judged on mistakes further back: they are in this one's code too
             found |= known_mistakes(report.exercise, earlier)
+        if report.fraction == 1.0:
             continue
         says = report.failures()[0].diagnosis
         mistake = next((m for m in report.exercise.mistakes if says and m.says == says), None)
@@ -113,7 +120,8 @@ def known_mistakes(ex, earlier):
 
 def built_on(ex, mistakes):
     """`ex` with the reference's results on each case computed with these mistakes in place of the
-    exercises it uses, from the weights the learner's module started from (an error, too, is a result)."""
+    exercises it uses, from the weights the learner's module started from (an error, too, is a result);
+    its own catalogued mistakes are run on the same footing, so that one of them is still named."""
     cases = []
     for case in ex.cases():
         ref = core.reference_module(ex, case)
@@ -121,8 +129,10 @@ def built_on(ex, mistakes):
         call = case.make()  # the very inputs the learner's code got: made before the mistakes go in
         with mistakes_in_place(mistakes):
             want = core.run_call(ex.kind, ex.train_mode, ex.reference, call, case.grad, weights, None, ex.state_after)
-        cases.append(dataclasses.replace(case, expected=want, weights=weights, mistake_outcomes={}))
-    return dataclasses.replace(ex, cases=lambda: cases, mistakes=())
+            own = {m.name: core.run_call(ex.kind, ex.train_mode, m.impl, case.make(), False, weights, None, ex.state_after)
+                   for m in ex.mistakes}
+        cases.append(dataclasses.replace(case, expected=want, weights=weights, mistake_outcomes=own))
+    return dataclasses.replace(ex, cases=lambda: cases)
 
 
 @contextlib.contextmanager

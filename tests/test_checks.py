@@ -219,3 +219,20 @@ def test_plain_python_values_are_compared_with_a_reason(got, want, expected):
     assert expected in compare_value("the output", got, want)
     assert not same_value(got, want)
     assert compare_value("the output", want, want) == "" and same_value(want, want)
+
+
+def test_following_the_head_axis_hint_passes_the_check():
+    # 06's diagnosis of a mask without a head axis says what to write; doing exactly that must pass
+    # (the reviewer's first attempt followed an older hint into a failure blamed on split_heads).
+    import re
+
+    from autograder.mutants import mutant, source_of, swap
+
+    ex = registry.get("MultiHeadAttention")
+    wrong = next(m for m in ex.mistakes if m.name == "mask_not_broadcast")
+    advice = re.search(r"mask\.unsqueeze\(-?\d\)", wrong.says).group(0)
+    (old, new, _), = wrong.edit.steps
+    fixed = new.replace("~mask", f"~{advice}")
+    followed = mutant(ex.reference, wrong.edit & swap(new, fixed), "followed the hint")
+    assert f"~{advice}" in source_of(followed)
+    assert check_exercise(ex, followed).fraction == 1.0
