@@ -86,7 +86,8 @@ def judge(ex, outcomes, earlier, used=()):
         mistakes = known_mistakes(ex, {name: r for name, r in earlier.items() if name in used or name not in ex.depends_on})
         if report.fraction < 1 and mistakes:
             other = core.check_exercise(built_on(ex, mistakes), None, hidden=True, outcomes=outcomes)
-            if other.score > report.score or other.score == report.score and named(other) and not named(report):
+            # the comparison that takes in the earlier mistakes the learner's code ran on is the truer one
+            if other.score > report.score or other.score == report.score and named(other):
                 other.exercise, other.through = ex, tuple(sorted(mistakes))
                 return other
     return report

@@ -27,15 +27,29 @@ def released(tmp_path_factory):
 
 
 def mistake_plan(name):
-    """One submission of notebook `name` with the first catalogued mistake of every exercise, pasted
-    into its solution cell, for nbgrader to grade (tests/test_verdict.py takes every mistake through
-    the same comparison in this process).
+    """Submissions of notebook `name` that together carry the first catalogued mistake of every
+    exercise, pasted into its solution cell, for nbgrader to grade (tests/test_verdict.py takes every
+    mistake through the same comparison in this process).
 
-    A mistake is an edit of the reference, so it calls what the reference calls: in this
-    submission, the earlier exercises' mistakes. The grader compares such an exercise with
-    the reference built on those mistakes (autograder.verdict), so each is named on its own.
+    A mistake is an edit of the reference, so it calls what the reference calls. An exercise's mistake
+    therefore goes into a submission where every exercise it uses, or that uses it, is right: each
+    mistake is graded on its own (the charging of a mistake once is tested in test_verdict.py).
     """
-    return [{ex.name: ex.mistakes[0] for ex in registry.for_notebook(name) if ex.mistakes}]
+    exercises = {ex.name: ex for ex in registry.for_notebook(name)}
+
+    def below(n):
+        return set(exercises[n].depends_on).union(*[below(d) for d in exercises[n].depends_on if d in exercises])
+
+    plans = []
+    for ex in exercises.values():
+        if not ex.mistakes:
+            continue
+        related = below(ex.name) | {n for n in exercises if ex.name in below(n)}
+        plan = next((p for p in plans if not related & set(p)), None)
+        if plan is None:
+            plans.append(plan := {})
+        plan[ex.name] = ex.mistakes[0]
+    return plans
 
 
 @pytest.fixture(scope="session")

@@ -37,3 +37,13 @@ def test_the_points_are_the_catalogs(ex):
     cell = _cells(ex).get(f"check_{ex.name}")
     assert cell is not None, f"solutions/{ex.notebook} has no check cell check_{ex.name}"
     assert cell.metadata["nbgrader"]["points"] == ex.points, "run `python -m autograder release` to write the catalog's points"
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=lambda ex: f"{ex.notebook[:2]}-{ex.name}")
+def test_an_exercise_declares_every_exercise_its_reference_calls(ex):
+    # A mistake is an edit of the reference, so it calls what the reference calls; the grader charges an
+    # earlier exercise's mistake once only through depends_on (autograder.verdict).
+    reference = getattr(ex.reference, "__wrapped__", ex.reference)
+    names = {n.id for n in ast.walk(ast.parse(source_of(reference))) if isinstance(n, ast.Name)}
+    calls = names & ({e.name for e in registry.for_notebook(ex.notebook)} - {ex.name})
+    assert calls <= set(ex.depends_on), f"{ex.name} uses {sorted(calls - set(ex.depends_on))}: add them to depends_on"

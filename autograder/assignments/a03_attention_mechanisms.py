@@ -190,12 +190,12 @@ EXERCISES = [
         Mistake("scaled", "this is the plain dot product: do not divide by sqrt(d_h) here (that is the next exercise).", swap(DOT, DOT + SCALE)),
         Mistake("every_query", "H @ s.T scores every decoder state of the batch against every sequence; each example's state meets only its own encoder states (H @ s.unsqueeze(-1)).", swap(DOT, "H @ s.T")),
     ]),
-    Exercise("scaled_dot_score", ref.scaled_dot_score, points=1, cases=scaled_cases, mistakes=[
+    Exercise("scaled_dot_score", ref.scaled_dot_score, points=1, cases=scaled_cases, depends_on=("dot_score",), mistakes=[
         Mistake("unscaled", UNSCALED, swap(SCALE)),
         Mistake("by_d", "you divided by d_h instead of sqrt(d_h).", swap(SCALE, " / H.size(-1)")),
         Mistake("by_T", "you divided by the square root of the number of source positions T; the scale is sqrt(d_h), the width of the vectors.", swap(SCALE, " / math.sqrt(H.size(1))")),
     ]),
-    Exercise("GeneralScore", ref.GeneralScore, points=1, cases=general_cases, kind="module", mistakes=[
+    Exercise("GeneralScore", ref.GeneralScore, points=1, cases=general_cases, kind="module", depends_on=("dot_score",), mistakes=[
         Mistake("no_W", "you left out W: the general score is s^T W h_i, i.e. s · W(h_i).", swap("dot_score(s, self.W(H))", "dot_score(s, H)")),
         Mistake("W_on_state", "you applied W to the decoder state; with self.W = nn.Linear(d_h, d_s) it maps the encoder states: s · W(h_i).", swap("dot_score(s, self.W(H))", "dot_score(self.W(s), H)")),
         Mistake("scaled", "the general score is not scaled: do not divide by sqrt(d).", swap("dot_score(s, self.W(H))", "dot_score(s, self.W(H)) / math.sqrt(s.size(-1))")),
@@ -206,7 +206,7 @@ EXERCISES = [
         Mistake("tanh_after_v", "the tanh goes inside, before v: v^T tanh(W1 h_i + W2 s), not tanh(v^T (...)).", swap(ADDITIVE_SUM, "self.W1(H) + self.W2(s).unsqueeze(1)") & swap("self.v(hidden)", "torch.tanh(self.v(hidden))")),
         Mistake("swapped", "W1 maps the encoder states H and W2 the decoder state s; you swapped them.", swap("self.W1(H) + self.W2(s)", "self.W2(H) + self.W1(s)")),
     ]),
-    Exercise("cosine_score", ref.cosine_score, points=1, cases=cosine_cases, mistakes=[
+    Exercise("cosine_score", ref.cosine_score, points=1, cases=cosine_cases, depends_on=("dot_score",), mistakes=[
         Mistake("only_query", "you normalised only the decoder state s; divide by the norm of each h_i too.", swap(NORM_H)),
         Mistake("only_keys", "you normalised only the encoder states h_i; divide by the norm of s too.", swap(NORM_S)),
         Mistake("norm_over_time", "you took the norm of H over the source positions (dim=1); each h_i is normalised over its features (dim=-1).", swap("H.norm(dim=-1", "H.norm(dim=1")),
