@@ -29,7 +29,7 @@ test-fast: $(STAMP)
 
 # `make test` runs these too, or skips them when Chromium is not installed; here they must run.
 test-browser: $(STAMP)
-	COURSE_BROWSER_TEST=required $(BIN)/python -m pytest tests/test_browser.py
+	COURSE_BROWSER_TEST=required $(BIN)/python -m pytest tests/learner/test_browser.py
 
 demo: $(STAMP)
 	$(BIN)/python -m autograder demo

@@ -25,7 +25,7 @@ c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:"]  # nbgrader'
 c.LimitOutput.max_lines = 1000
 c.LimitOutput.max_traceback = 100
 
-# Autograding runs each submission's kernel in a bubblewrap sandbox (autograder.sandbox: no
+# Autograding runs each submission's kernel in a bubblewrap sandbox (autograder.grading.sandbox: no
 # reference, no other student, no gradebook, no network; limits on memory, CPU time, file size
 # and processes, set by AUTOGRADER_MEMORY_MB, AUTOGRADER_CPU_SECONDS, AUTOGRADER_FILE_MB and
 # AUTOGRADER_PROCESSES). The test cells' scores come from the comparison outside it
@@ -44,8 +44,8 @@ from nbgrader.preprocessors import (  # noqa: E402
     SaveAutoGrades,
 )
 
-from autograder import sandbox  # noqa: E402
-from autograder.nbgrader_ext import DeduplicateCells, GradeChecks, SandboxedExecute  # noqa: E402
+from autograder.grading import sandbox  # noqa: E402
+from autograder.grading.nbgrader_ext import DeduplicateCells, GradeChecks, SandboxedExecute  # noqa: E402
 
 if sys.argv[1:2] == ["autograde"] and sandbox.enabled() and sandbox.problem():
     sys.exit(f"[nbgrader_config.py] cannot autograde: {sandbox.problem()}")

@@ -5,7 +5,7 @@ import sys
 
 from autograder.course import CourseError
 
-# The student distribution (autograder.student_dist) ships this file without the instructor's commands.
+# The student distribution (autograder.release.student_dist) ships this file without the instructor's commands.
 INSTRUCTOR = importlib.util.find_spec("autograder.release") is not None
 
 COMMANDS = """commands:
@@ -81,7 +81,7 @@ def run(args):
 
         root = find_root()
         if args.student_dist:
-            from autograder.student_dist import build
+            from autograder.release.student_dist import build
 
             if args.dest:
                 raise CourseError("--dest and --student-dist do not go together")
@@ -91,8 +91,8 @@ def run(args):
         print(f"released {', '.join(args.assignments) or 'every assignment'} into {dest}")
         return 0
     if args.command == "grade":
-        from autograder.demo import summary
-        from autograder.grade import Grader
+        from autograder.grading.demo import summary
+        from autograder.grading.grade import Grader
 
         if args.jobs < 1:
             raise CourseError("--jobs must be at least 1")
@@ -106,7 +106,7 @@ def run(args):
         # 0 once every submission has its grade, zeros for the ungradable included
         return 0
     if args.command == "demo":
-        from autograder.demo import demo
+        from autograder.grading.demo import demo
 
         return demo(jobs=args.jobs, keep=args.keep)
     return 2

@@ -4,7 +4,7 @@
 
 Full marks: prints a line. Nothing right: raises CheckFailed (the notebook
 shows why). Some parts right: prints the points and why. Under grading the
-score is not the learner's kernel's to say: autograder.verdict writes it.
+score is not the learner's kernel's to say: autograder.grading.verdict writes it.
 """
 from __future__ import annotations
 

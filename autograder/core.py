@@ -59,10 +59,9 @@ class Case:
 class Mistake:
     """A known wrong implementation and the sentence that names it.
 
-    In a catalog, `impl` is an edit of the reference (autograder.mutants) or,
-    for a mistake no small edit expresses, a hand-written function or class;
-    autograder.registry turns an edit into the function it makes and keeps
-    the edit in `edit`.
+    `impl` is the wrong function or class: made by autograder.registry from an
+    edit of the reference (kept in `edit`, see autograder.assignments), or
+    hand-written for a mistake that no small edit expresses.
     """
 
     name: str
@@ -127,7 +126,7 @@ class Report:
     exercise: Exercise
     results: list
     timed_out: bool = False
-    through: tuple = ()  # earlier exercises whose known mistakes the comparison took in (autograder.verdict)
+    through: tuple = ()  # earlier exercises whose known mistakes the comparison took in (autograder.grading.verdict)
 
     @property
     def fraction(self):
@@ -676,7 +675,7 @@ def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
     want, weights = reference_outcome(exercise, case)
     if got is None:
         got = run_call(exercise.kind, exercise.train_mode, impl, case.make(), case.grad, weights, timeout, exercise.state_after)
-    if want.error is not None:  # expected to fail (autograder.verdict: the reference built on a learner's mistake)
+    if want.error is not None:  # expected to fail (autograder.grading.verdict: the reference built on a learner's mistake)
         return CaseResult(case, same_outputs(got, want), "" if same_outputs(got, want) else f"raised {describe_error(want.error)} elsewhere"), got
     if got.error is not None:
         e = got.error

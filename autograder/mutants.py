@@ -1,9 +1,11 @@
 """Known mistakes written as small edits of the reference's own source.
 
 A catalog says what a learner typically gets wrong as an edit of the lesson's
-code, not as a second copy of it:
+code, not as a second copy of it (autograder/assignments/*.toml):
 
-    Mistake("unscaled", UNSCALED, swap(" / math.sqrt(d_k)", ""))
+    [attention_scores.unscaled]
+    says = "you forgot to divide by sqrt(d_k); ..."
+    swap = [" / math.sqrt(d_k)", ""]
 
 `mutant` applies the edit to the reference's source and compiles the result in
 the reference module's namespace, so the mistake calls the same helpers the
@@ -55,7 +57,7 @@ def mutant(reference, edit, label):
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     # Compiled in the reference module's own namespace, so that the mistake sees what the
     # reference sees, also when the grader swaps an earlier exercise for a learner's mistake
-    # (autograder.verdict.mistakes_in_place); the reference's own name is put back at once.
+    # (autograder.grading.verdict.mistakes_in_place); the reference's own name is put back at once.
     namespace = vars(sys.modules[reference.__module__])
     kept = namespace[reference.__name__]
     try:

@@ -1,6 +1,6 @@
 """Under grading, inside the sandbox: run the learner's code on the cases the grader sent, and hand back what it computed.
 
-The grader (autograder.verdict) wrote every case's inputs, hidden ones
+The grader (autograder.grading.verdict) wrote every case's inputs, hidden ones
 included, to the file named by AUTOGRADER_CASES, and compares what comes back
 with the reference outside the sandbox. Nothing here knows an expected output,
 so nothing the learner's code does here can earn a point its own results do not.

@@ -1,7 +1,7 @@
 """The checks of the student distribution, read from answers the release command computed.
 
 The student distribution (`python -m autograder release --student-dist DIR`,
-built by autograder.student_dist) ships neither the reference implementation
+built by autograder.release.student_dist) ships neither the reference implementation
 nor the assignment modules with their mistake catalogs and hidden cases. For
 each notebook it ships instead autograder/data/NN_name.pt, a dict
 

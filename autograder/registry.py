@@ -1,14 +1,16 @@
 """Every exercise of the course and its checks, from one of two sources, chosen here:
 
 - in the repository: the catalogs, one module per notebook in
-  autograder.assignments, with the reference, every case and the known
-  mistakes (edits of the reference, autograder.mutants);
+  autograder.assignments with the reference and every case, and beside it a
+  TOML file of the known mistakes (edits of the reference, autograder.mutants);
 - in the student distribution, which ships no catalog and no reference: the
   public cases' answers computed by the release (autograder.reference_data).
 """
 import importlib
 import importlib.util
 import pkgutil
+import tomllib
+from pathlib import Path
 
 from autograder import core, reference_data
 
@@ -24,30 +26,47 @@ def has_catalogs():
 
 
 def _from_catalogs():
-    from autograder import assignments, mutants
+    from autograder import assignments
 
     found = {}
     for info in sorted(pkgutil.iter_modules(assignments.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"autograder.assignments.{info.name}")
+        mistakes = _mistakes_of(module)
         for ex in module.EXERCISES:
             if ex.name in found:
                 raise ValueError(f"two exercises are named {ex.name!r} ({found[ex.name].notebook} and {module.NOTEBOOK}); names must be unique")
             ex.notebook = module.NOTEBOOK
-            ex.mistakes = [_made(ex, m) for m in ex.mistakes]
+            ex.mistakes = [_made(ex, module, name, entry) for name, entry in mistakes.pop(ex.name, {}).items()]
             found[ex.name] = ex
+        if mistakes:
+            raise ValueError(f"{module.__name__}: the mistakes of {', '.join(mistakes)} belong to no exercise of the notebook")
     return found
 
 
-def _made(ex, mistake):
-    """A catalog's mistake with its edit of the reference applied (hand-written ones stay as they are)."""
+def _mistakes_of(module):
+    """{exercise: {mistake: entry}} from the TOML file beside a catalog module, in the file's order."""
+    path = Path(module.__file__).with_suffix(".toml")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def _made(ex, module, name, entry):
+    """A mistake of the TOML file: its edit applied to the reference, or the hand-written function it names."""
     from autograder import mutants
 
-    if isinstance(mistake.impl, mutants.Edit):
-        # a reference factory (say, one that randomises a module's weights) edits what it wraps
-        reference = getattr(ex.reference, "__wrapped__", ex.reference)
-        made = mutants.mutant(reference, mistake.impl, f"{ex.name}.{mistake.name}")
-        return core.Mistake(mistake.name, mistake.says, made, edit=mistake.impl)
-    return mistake
+    where = f"{ex.name}.{name}"
+    unknown = set(entry) - {"says", "swap", "every", "written"}
+    if unknown or "says" not in entry or ("swap" in entry) == ("written" in entry):
+        raise ValueError(f"{module.__name__} mistake {where}: give says and either swap or written (found {', '.join(sorted(entry))})")
+    if "written" in entry:
+        return core.Mistake(name, entry["says"], getattr(module, entry["written"]))
+    swaps = entry["swap"] if isinstance(entry["swap"][0], list) else [entry["swap"]]
+    edit = mutants.Edit(tuple((old, new, entry.get("every", False)) for old, new in swaps))
+    # a reference factory (say, one that randomises a module's weights) edits what it wraps
+    reference = getattr(ex.reference, "__wrapped__", ex.reference)
+    return core.Mistake(name, entry["says"], mutants.mutant(reference, edit, where), edit=edit)
 
 
 def _load():

@@ -9,6 +9,6 @@ that ships to students as it is (`python -m autograder release --student-dist`):
 The building blocks have the interface of the lesson's pieces (the same arguments, parameter
 names and return values) but are built on PyTorch's own modules and functions, not on the
 lesson's code, so that a learner stuck on one notebook can go on with the next without being
-handed its answers (the reference solutions never ship). tests/test_student_dist.py checks each
+handed its answers (the reference solutions never ship). tests/learner/test_student_dist.py checks each
 building block against the reference.
 """

@@ -9,7 +9,7 @@ import pytest
 
 from autograder import registry
 from autograder.course import assignments
-from autograder.grade import Grader, read_grades
+from autograder.grading.grade import Grader, read_grades
 from autograder.release import DEMO_STUDENTS, demo_submissions, fill_submission, mistake_source, release
 from autograder.results import notebook_results
 
@@ -28,7 +28,7 @@ def released(tmp_path_factory):
 
 def mistake_plan(name):
     """Submissions of notebook `name` that together carry the first catalogued mistake of every
-    exercise, pasted into its solution cell, for nbgrader to grade (tests/test_verdict.py takes every
+    exercise, pasted into its solution cell, for nbgrader to grade (tests/grading/test_verdict.py takes every
     mistake through the same comparison in this process).
 
     A mistake is an edit of the reference, so it calls what the reference calls. An exercise's mistake

@@ -42,8 +42,40 @@ def test_the_points_are_the_catalogs(ex):
 @pytest.mark.parametrize("ex", EXERCISES, ids=lambda ex: f"{ex.notebook[:2]}-{ex.name}")
 def test_an_exercise_declares_every_exercise_its_reference_calls(ex):
     # A mistake is an edit of the reference, so it calls what the reference calls; the grader charges an
-    # earlier exercise's mistake once only through depends_on (autograder.verdict).
+    # earlier exercise's mistake once only through depends_on (autograder.grading.verdict).
     reference = getattr(ex.reference, "__wrapped__", ex.reference)
     names = {n.id for n in ast.walk(ast.parse(source_of(reference))) if isinstance(n, ast.Name)}
     calls = names & ({e.name for e in registry.for_notebook(ex.notebook)} - {ex.name})
     assert calls <= set(ex.depends_on), f"{ex.name} uses {sorted(calls - set(ex.depends_on))}: add them to depends_on"
+
+
+# ---------------------------------------------------------------- the mistakes' TOML files
+
+
+def _catalog_module(ex):
+    import importlib
+
+    return importlib.import_module(f"autograder.assignments.a{ex.notebook}")
+
+
+@pytest.mark.parametrize("entry, says", [
+    ({"says": "a sentence."}, "give says and either swap or written"),
+    ({"says": "a sentence.", "swap": ["x", "y"], "written": "f"}, "give says and either swap or written"),
+    ({"swap": ["math.sqrt", "abs"]}, "give says and either swap or written"),
+    ({"says": "a sentence.", "swap": ["math.sqrt", "abs"], "evry": True}, "(found evry, says, swap)"),
+    ({"says": "a sentence.", "swap": ["no such text", "x"]}, "'no such text' not found in the reference"),
+])
+def test_a_malformed_mistake_is_named_at_import(entry, says):
+    ex = registry.get("attention_scores")
+    with pytest.raises(ValueError) as raised:
+        registry._made(ex, _catalog_module(ex), "broken", entry)
+    assert says in str(raised.value) and "attention_scores.broken" in str(raised.value)
+
+
+def test_a_mistake_of_no_exercise_is_named(monkeypatch):
+    module = _catalog_module(registry.get("attention_scores"))
+    read = registry._mistakes_of
+    typo = {"attention_score": {"unscaled": {"says": "s.", "swap": [" / math.sqrt(d_k)", ""]}}}
+    monkeypatch.setattr(registry, "_mistakes_of", lambda m: {**read(m), **typo} if m is module else read(m))
+    with pytest.raises(ValueError, match="the mistakes of attention_score belong to no exercise of the notebook"):
+        registry._from_catalogs()

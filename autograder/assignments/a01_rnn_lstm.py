@@ -3,9 +3,8 @@ import torch
 from torch import nn
 
 import solutions_lib.rnn as ref
-from autograder.core import Call, Case, Exercise, Mistake
+from autograder.core import Call, Case, Exercise
 from autograder.inputs import Draw, dims
-from autograder.mutants import swap
 
 NOTEBOOK = "01_rnn_lstm"
 
@@ -117,53 +116,16 @@ def classifier_cases():
     ]
 
 
-# ---------------------------------------------------------------- the catalog
+# ---------------------------------------------------------------- the exercises
 
-NOT_CARRIED = "the hidden state is not carried from one step to the next: each step must start from the h it computed at the step before."
-NO_TANH = "you left out the tanh: h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)."
-PRE = "x_t @ W_ih.T + b_ih + h_prev @ W_hh.T + b_hh"  # rnn_cell's pre-activation
-STEP = "rnn_cell(x[:, t], h_t, W_ih, W_hh, b_ih, b_hh)"
-LSTM_STEP = "lstm_cell(x[:, t], state,"
 
 EXERCISES = [
-    Exercise("rnn_cell", ref.rnn_cell, points=1, cases=rnn_cell_cases, mistakes=[
-        Mistake("no_tanh", NO_TANH, swap(f"torch.tanh({PRE})", PRE)),
-        Mistake("swapped", "you swapped the weights: W_ih multiplies the input x_t and W_hh the previous hidden state h_{t-1}.", swap(PRE, "x_t @ W_hh.T + b_ih + h_prev @ W_ih.T + b_hh")),
-        Mistake("not_transposed", "the weights are stored as (d_h, d_in), as in nn.RNN, so multiply by their transpose: x_t @ W_ih.T.", swap(".T", "", every=True)),
-        Mistake("one_bias", "you left out b_hh; PyTorch's RNN adds both biases, b_ih and b_hh.", swap(" + h_prev @ W_hh.T + b_hh", " + h_prev @ W_hh.T")),
-        Mistake("relu", "you used ReLU; the course's RNN, like nn.RNN's default, uses tanh.", swap("torch.tanh", "torch.relu")),
-    ]),
-    Exercise("rnn_forward", ref.rnn_forward, points=2, cases=rnn_forward_cases, depends_on=("rnn_cell",), returns=("outputs", "final hidden state"), mistakes=[
-        Mistake("not_carried", NOT_CARRIED, swap(STEP, "rnn_cell(x[:, t], h0, W_ih, W_hh, b_ih, b_hh)")),
-        Mistake("time_major", "you stacked the outputs along a new first axis, giving (T, B, d_h); stack along dim=1 for batch-first (B, T, d_h).", swap("torch.stack(outputs, dim=1)", "torch.stack(outputs)")),
-        Mistake("no_tanh", NO_TANH, swap(STEP, "x[:, t] @ W_ih.T + b_ih + h_t @ W_hh.T + b_hh")),
-        Mistake("ignores_h0", "you started from zeros instead of the given initial state h0.", swap("h_t = h0", "h_t = torch.zeros_like(h0)")),
-    ]),
-    Exercise("lstm_cell", ref.lstm_cell, points=2, cases=lstm_cell_cases, returns=("h", "c"), mistakes=[
-        Mistake("forget_on_candidate", "you applied the forget gate to the candidate and the input gate to the old cell; c_t = f * c_{t-1} + i * g.", swap("f * c_prev + i * g", "i * c_prev + f * g")),
-        Mistake("output_before_tanh", "you applied the output gate before the tanh; h_t = o * tanh(c_t), not tanh(o * c_t).", swap("o * torch.tanh(c_t)", "torch.tanh(o * c_t)")),
-        Mistake("gate_order", "PyTorch stacks the gates in the order input, forget, candidate (g), output; you read them in another order.", swap("i, f, g, o = z.chunk", "i, f, o, g = z.chunk")),
-        Mistake("no_tanh_on_cell", "you left out the tanh of the cell state: h_t = o * tanh(c_t).", swap("o * torch.tanh(c_t)", "o * c_t")),
-        Mistake("sigmoid_candidate", "the candidate g goes through tanh (values in -1..1), not sigmoid; only the three gates use sigmoid.", swap("torch.tanh(g)", "torch.sigmoid(g)")),
-    ]),
-    Exercise("lstm_forward", ref.lstm_forward, points=2, cases=lstm_forward_cases, depends_on=("lstm_cell",), returns=("outputs", "final (h, c)"), mistakes=[
-        Mistake("cell_not_carried", "the cell state c is not carried from one step to the next: each step must start from the c it computed at the step before.", swap(LSTM_STEP, "lstm_cell(x[:, t], (state[0], state0[1]),")),
-        Mistake("hidden_not_carried", NOT_CARRIED, swap(LSTM_STEP, "lstm_cell(x[:, t], (state0[0], state[1]),")),
-        Mistake("outputs_are_cells", "the outputs are the hidden states h_t, not the cell states c_t.", swap("outputs.append(state[0])", "outputs.append(state[1])")),
-        Mistake("state_swapped", "return the final state as (h_T, c_T), in that order, as nn.LSTM does.", swap("dim=1), state", "dim=1), (state[1], state[0])")),
-    ]),
-    Exercise("gradient_norm_by_distance", ref.gradient_norm_by_distance, points=2, cases=gradient_cases, mistakes=[
-        Mistake("not_flipped", "your norms are in position order; entry d must be the input d steps before the end, so flip the time axis.", swap(".flip(0)", "")),
-        Mistake("all_outputs", "you backpropagated from the sum of every output; take only the last output, outputs[:, -1].", swap("grad(outputs[:, -1].sum()", "grad(outputs.sum()")),
-        Mistake("summed_over_batch", "you summed the norms over the batch; average them (mean over dim 0).", swap(".mean(dim=0)", ".sum(dim=0)")),
-        Mistake("squared_norm", "you returned the squared norm; take the Euclidean norm, grad.norm(dim=-1).", swap("grad.norm(dim=-1)", "(grad**2).sum(dim=-1)")),
-    ]),
-    Exercise("SequenceClassifier", ref.SequenceClassifier, points=2, cases=classifier_cases, kind="module", parts={"RNN": 1, "LSTM": 1}, mistakes=[
-        Mistake("first_step", "you classified from the first step's output; the last one, outputs[:, -1], is the one that has read the whole sentence.", swap("outputs[:, -1]", "outputs[:, 0]")),
-        Mistake("mean_over_time", "you averaged the outputs over time; classify from the last step's output, outputs[:, -1].", swap("outputs[:, -1]", "outputs.mean(dim=1)")),
-        Mistake("not_batch_first", "your recurrent layer is not batch_first, so it reads the batch axis as time; pass batch_first=True.", swap("recurrent(d_emb, d_h, batch_first=True)", "recurrent(d_emb, d_h)")),
-        Mistake("cell_state", "an LSTM's final state is (h, c); classify from the hidden state h, not the cell state c.", swap("outputs, _ = self.rnn", "outputs, state = self.rnn") & swap("outputs[:, -1]", "state[1][0] if isinstance(state, tuple) else state[0]")),
-    ]),
+    Exercise("rnn_cell", ref.rnn_cell, points=1, cases=rnn_cell_cases),
+    Exercise("rnn_forward", ref.rnn_forward, points=2, cases=rnn_forward_cases, depends_on=("rnn_cell",), returns=("outputs", "final hidden state")),
+    Exercise("lstm_cell", ref.lstm_cell, points=2, cases=lstm_cell_cases, returns=("h", "c")),
+    Exercise("lstm_forward", ref.lstm_forward, points=2, cases=lstm_forward_cases, depends_on=("lstm_cell",), returns=("outputs", "final (h, c)")),
+    Exercise("gradient_norm_by_distance", ref.gradient_norm_by_distance, points=2, cases=gradient_cases),
+    Exercise("SequenceClassifier", ref.SequenceClassifier, points=2, cases=classifier_cases, kind="module", parts={"RNN": 1, "LSTM": 1}),
 ]
 
 DEMO_MISTAKES = [("rnn_forward", "not_carried"), ("lstm_cell", "forget_on_candidate")]

@@ -6,9 +6,8 @@ mistake is an edit of the reference's source (autograder.mutants).
 import torch
 
 import solutions_lib.markov as ref
-from autograder.core import Call, Case, Exercise, Mistake
+from autograder.core import Call, Case, Exercise
 from autograder.inputs import Draw, dims
-from autograder.mutants import swap
 
 NOTEBOOK = "02_markov_to_attention"
 
@@ -206,52 +205,17 @@ def lookup_cases():
     ]
 
 
-# ---------------------------------------------------------------- the catalog
+# ---------------------------------------------------------------- the exercises
 
 EXERCISES = [
-    Exercise("build_vocab", ref.build_vocab, points=1, cases=vocab_cases, mistakes=[
-        Mistake("not_sorted", "your vocabulary keeps the order of first appearance; sort it alphabetically.", swap("sorted({", "list(dict.fromkeys(") & swap("})", "))")),
-        Mistake("not_lowercased", "lower-case the words first, so that 'Show' and 'show' are one word.", swap("s.lower().split()", "s.split()")),
-        Mistake("duplicates", "your vocabulary lists a word once per occurrence; keep each distinct word once.", swap("({", "(") & swap("})", ")")),
-    ]),
-    Exercise("one_hot", ref.one_hot, points=1, cases=one_hot_cases, mistakes=[
-        Mistake("transposed", "your matrix is (V, T); give one row per word, (T, V).", swap("zeros(len(words), len(vocab))", "zeros(len(vocab), len(words))") & swap("out[t, vocab.index(w)]", "out[vocab.index(w), t]")),
-        Mistake("integer", "F.one_hot returns integers (int64); convert to float32 so that it can multiply a matrix of probabilities.", swap("zeros(len(words), len(vocab))", "zeros(len(words), len(vocab), dtype=torch.int64)")),
-        Mistake("by_position", "the 1 goes in the column of the word's index in the vocabulary, not of its position in the sentence.", swap("out[t, vocab.index(w)]", "out[t, t]")),
-    ]),
-    Exercise("transition_matrix", ref.transition_matrix, points=3, cases=transition_cases, parts={"order 1": 2, "order 2": 1}, mistakes=[
-        Mistake("not_normalised", "you returned counts; divide each row by its total so that the probabilities in a row sum to 1.", swap(" / totals.clamp_min(1)")),
-        Mistake("swapped", "rows and columns are swapped: the row is the previous word, the column the next word.", swap("counts / totals.clamp_min(1)", "(counts / totals.clamp_min(1)).transpose(-2, -1)")),
-        Mistake("across_sentences", "you chained the sentences together, so a sentence's last word became the predecessor of the next sentence's first word; count within each sentence.", swap("for s in sentences:", 'for s in [" ".join(sentences)]:')),
-        Mistake("by_column", "you normalised each column; it is each row (one context) that must sum to 1.", swap("sum(dim=-1", "sum(dim=-2")),
-    ]),
-    Exercise("next_word_distribution", ref.next_word_distribution, points=2, cases=next_word_cases, mistakes=[
-        Mistake("first_words", "you used the first words of the context; the prediction depends on its last words.", swap("split()[-order:]", "split()[:order]")),
-        Mistake("column", "you read a column of P; the distribution of the next word is the row of the last word(s).", swap("P[tuple(last)]", "P.transpose(-2, -1)[tuple(last)]")),
-        Mistake("keeps_zeros", "keep only the words with probability > 0.", swap(" if p > 0}", "}")),
-    ]),
-    Exercise("skip_transition_table", ref.skip_transition_table, points=2, cases=skip_table_cases, mistakes=[
-        Mistake("counts_repeats", "a word that occurs twice before the latest word still makes one pair with it; count each distinct earlier word once.", swap("set(ids[:t])", "ids[:t]")),
-        Mistake("includes_latest", "the earlier words are those strictly before the latest word; you paired the latest word with itself.", swap("range(1,", "range(0,") & swap("ids[:t]", "ids[: t + 1]")),
-        Mistake("pair_swapped", "index the table as S[earlier word, latest word, next word]; you swapped the first two.", swap("counts[a, ids[t], ids[t + 1]]", "counts[ids[t], a, ids[t + 1]]")),
-        Mistake("not_normalised", "you returned counts; normalise each pair's row so that it sums to 1.", swap(" / counts.sum(dim=-1, keepdim=True).clamp_min(1)")),
-    ]),
-    Exercise("skip_pair_votes", ref.skip_pair_votes, points=2, cases=votes_cases, mistakes=[
-        Mistake("counts_repeats", "a word that occurs twice before the latest word votes once: its row is S[a, latest], not a sum over its occurrences.", swap("set(earlier)", "earlier") & swap("votes[a] = ", "votes[a] += ")),
-        Mistake("pair_swapped", "a vote is S[earlier word, latest word]; you swapped the two indices.", swap("= S[a, latest]", "= S[latest, a]")),
-        Mistake("first_word_as_latest", "the latest word is the last word of the context, not the first.", swap("ids[:-1], ids[-1]", "ids[1:], ids[0]")),
-    ]),
-    Exercise("apply_mask", ref.apply_mask, points=2, cases=mask_cases, mistakes=[
-        Mistake("wrong_axis", "you applied the mask to the wrong axis: it selects rows (earlier words), so use mask[:, None].", swap("mask[:, None]", "mask[None, :]")),
-        Mistake("inverted", "your mask polarity is inverted: True marks the votes to keep.", swap("mask[:, None]", "~mask[:, None]")),
-        Mistake("not_normalised", "divide the summed votes by their total, so that the result is a probability distribution.", swap(" / kept.sum().clamp_min(1e-12)")),
-        Mistake("softmax", "normalise by dividing by the total; a softmax would change the proportions of the votes.", swap("kept / kept.sum().clamp_min(1e-12)", "torch.softmax(kept, dim=0)")),
-    ]),
-    Exercise("attention_lookup", ref.attention_lookup, points=2, cases=lookup_cases, returns=("output", "weights"), mistakes=[
-        Mistake("softmax", "this lookup has no softmax: the weights are the products query @ keys^T themselves.", swap("query @ keys.transpose(-2, -1)", "torch.softmax(query @ keys.transpose(-2, -1), dim=-1)")),
-        Mistake("returns_weights", "you returned the weights where the output belongs; return (weights @ values, weights).", swap("return weights @ values,", "return weights,")),
-        Mistake("keys_T", "k.T reverses every axis of a batched tensor; use keys.transpose(-2, -1) to swap only the last two.", swap("keys.transpose(-2, -1)", "keys.T")),
-    ]),
+    Exercise("build_vocab", ref.build_vocab, points=1, cases=vocab_cases),
+    Exercise("one_hot", ref.one_hot, points=1, cases=one_hot_cases),
+    Exercise("transition_matrix", ref.transition_matrix, points=3, cases=transition_cases, parts={"order 1": 2, "order 2": 1}),
+    Exercise("next_word_distribution", ref.next_word_distribution, points=2, cases=next_word_cases),
+    Exercise("skip_transition_table", ref.skip_transition_table, points=2, cases=skip_table_cases),
+    Exercise("skip_pair_votes", ref.skip_pair_votes, points=2, cases=votes_cases),
+    Exercise("apply_mask", ref.apply_mask, points=2, cases=mask_cases),
+    Exercise("attention_lookup", ref.attention_lookup, points=2, cases=lookup_cases, returns=("output", "weights")),
 ]
 
 DEMO_MISTAKES = [("transition_matrix", "across_sentences"), ("apply_mask", "wrong_axis")]

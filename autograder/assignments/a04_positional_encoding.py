@@ -3,10 +3,9 @@ import functools
 
 import torch
 
-from autograder.core import Call, Case, Exercise, Mistake
+from autograder.core import Call, Case, Exercise
 from autograder.fixtures import SelfAttentionFunction
 from autograder.inputs import Draw, dims
-from autograder.mutants import swap
 from solutions_lib import positional as ref
 
 NOTEBOOK = "04_positional_encoding"
@@ -111,44 +110,15 @@ def gap_cases():
     ]
 
 
-# ---------------------------------------------------------------- the catalog
+# ---------------------------------------------------------------- the exercises
 
-SWAPPED = "sin and cos are swapped: even columns 2i hold sin, odd columns 2i+1 hold cos."
-EXPONENT_I = "the exponent uses the pair index i instead of 2i: the frequency of pair i is 1 / 10000^(2i / d_model)."
-MULTIPLIED = "the encoding is added to the embeddings (x + PE), not multiplied."
-BATCH_AXIS = "you took the positions along the batch axis; tensors are (B, T, d_model), so positions run along axis 1."
-PAIR_INDEX = swap("torch.arange(0, d_model, 2, dtype", "torch.arange((d_model + 1) // 2, dtype")  # i = 0, 1, 2, ... where 2i belongs
-GAP = "(f(x[:, perm]) - f(x)[:, perm]).abs()"
 
 EXERCISES = [
-    Exercise("sinusoidal_positional_encoding", ref.sinusoidal_positional_encoding, points=2, cases=pe_cases, mistakes=[
-        Mistake("sin_cos_swapped", SWAPPED, swap("torch.sin(angles)", "torch.cos(angles)") & swap("torch.cos(angles[", "torch.sin(angles[")),
-        Mistake("exponent_i", EXPONENT_I, PAIR_INDEX),
-        Mistake("positions_dimensions_swapped", "positions and dimensions are swapped: the rows are the T positions, the columns the d_model dimensions.", swap("(T, d_model, base", "(d_model, T, base")),
-        Mistake("halves", "you put all the sines first and all the cosines after them; they alternate: sin in column 2i, cos in column 2i+1.", swap("pe[:, 0::2]", "pe[:, : (d_model + 1) // 2]") & swap("pe[:, 1::2]", "pe[:, (d_model + 1) // 2 :]")),
-        Mistake("positions_from_one", "positions start at 0, not 1: the first row is sin(0), cos(0), ... = 0, 1, 0, 1, ...", swap("torch.arange(T, ", "torch.arange(1, T + 1, ")),
-    ]),
-    Exercise("PositionalEncoding", ref.PositionalEncoding, points=2, cases=pe_module_cases, kind="module", depends_on=("sinusoidal_positional_encoding",), mistakes=[
-        Mistake("multiplied", MULTIPLIED, swap("x + self.pe", "x * self.pe")),
-        Mistake("batch_axis", BATCH_AXIS, swap("self.pe[: x.size(1)]", "self.pe[: x.size(0)].unsqueeze(1)")),
-        Mistake("whole_table", "use the first T rows of the table, pe[:T], one per position 0..T-1.", swap("self.pe[: x.size(1)]", "self.pe[-x.size(1) :]")),
-    ]),
-    Exercise("shift_matrix", ref.shift_matrix, points=2, cases=shift_cases, mistakes=[
-        Mistake("transposed_blocks", "your blocks turn the wrong way (a shift by -k): with row vectors, PE(pos + k) = PE(pos) @ M needs the block [[cos, -sin], [sin, cos]].", swap("= cos, -sin", "= cos, sin") & swap("= sin, cos", "= -sin, cos")),
-        Mistake("exponent_i", EXPONENT_I, PAIR_INDEX),
-        Mistake("sin_cos_swapped", "sin and cos are swapped in your blocks: a rotation by k w_i has cos on the diagonal and ±sin off it.", swap("torch.cos(angle), torch.sin(angle)", "torch.sin(angle), torch.cos(angle)")),
-        Mistake("one_position", "the angle of pair i is k w_i: you turned by one position, whatever k is.", swap("angle = k * ", "angle = ")),
-    ]),
-    Exercise("LearnedPositionalEmbedding", ref.LearnedPositionalEmbedding, points=1, cases=learned_cases, kind="module", mistakes=[
-        Mistake("batch_axis", BATCH_AXIS, swap("x.size(1)", "x.size(0)") & swap("self.embedding(positions)", "self.embedding(positions).unsqueeze(1)")),
-        Mistake("multiplied", MULTIPLIED, swap("x + self.embedding", "x * self.embedding")),
-        Mistake("not_added", "you returned the position embeddings alone; add them to x.", swap("x + self.embedding(positions)", "self.embedding(positions).expand_as(x)")),
-    ]),
-    Exercise("permutation_gap", ref.permutation_gap, points=1, cases=gap_cases, mistakes=[
-        Mistake("not_permuting_output", "you compared f(x[:, perm]) with f(x) itself; permute the output the same way, f(x)[:, perm].", swap(GAP, "(f(x[:, perm]) - f(x)).abs()")),
-        Mistake("inverse_permutation", "you permuted the output with the inverse permutation; use the same perm on both sides: f(x)[:, perm].", swap(GAP, "(f(x[:, perm]) - f(x)[:, torch.argsort(perm)]).abs()")),
-        Mistake("mean", "return the largest absolute difference (.abs().max()), not the mean.", swap(".abs().max()", ".abs().mean()")),
-    ]),
+    Exercise("sinusoidal_positional_encoding", ref.sinusoidal_positional_encoding, points=2, cases=pe_cases),
+    Exercise("PositionalEncoding", ref.PositionalEncoding, points=2, cases=pe_module_cases, kind="module", depends_on=("sinusoidal_positional_encoding",)),
+    Exercise("shift_matrix", ref.shift_matrix, points=2, cases=shift_cases),
+    Exercise("LearnedPositionalEmbedding", ref.LearnedPositionalEmbedding, points=1, cases=learned_cases, kind="module"),
+    Exercise("permutation_gap", ref.permutation_gap, points=1, cases=gap_cases),
 ]
 
 # The demo's third student makes these two mistakes (exercise, mistake name).

@@ -2,9 +2,8 @@
 import torch
 
 import solutions_lib as sl
-from autograder.core import Call, Case, Exercise, Mistake
+from autograder.core import Call, Case, Exercise
 from autograder.inputs import Draw, dims
-from autograder.mutants import swap
 
 NOTEBOOK = "05_self_attention"
 
@@ -142,62 +141,22 @@ def self_attention_cases():
     ]
 
 
-# ---------------------------------------------------------------- the catalog
+# ---------------------------------------------------------------- the exercises
 
-UNSCALED = "you did not divide the scores by sqrt(d_k), so they grow with d_k and saturate the softmax."
-BY_DK = "you divided the scores by d_k instead of sqrt(d_k)."
-K_T = "k.T reverses every axis of a batched tensor; use k.transpose(-2, -1) to swap only the last two."
-QKV = "x @ W_q, x @ W_k, x @ W_v"
-MASK_FILL = 'scores = scores.masked_fill(~mask, float("-inf"))'
 
 EXERCISES = [
-    Exercise("qkv_projections", sl.qkv_projections, points=1, cases=qkv_cases, returns=("queries", "keys", "values"), mistakes=[
-        Mistake("same_matrix", "you used W_q for the keys and values too; each of q, k, v has its own matrix.", swap(QKV, "x @ W_q, x @ W_q, x @ W_q")),
-        Mistake("transposed", "you multiplied by W.T; with W of shape (d_model, d_k) the projection is x @ W.", swap(QKV, "x @ W_q.T, x @ W_k.T, x @ W_v.T")),
-        Mistake("wrong_order", "you returned the projections in the wrong order; return q, k, v.", swap("x @ W_q, x @ W_k", "x @ W_k, x @ W_q")),
-    ]),
-    Exercise("attention_scores", sl.attention_scores, points=2, cases=scores_cases, mistakes=[
-        Mistake("unscaled", UNSCALED, swap(" / math.sqrt(d_k)", "")),
-        Mistake("divided_by_dk", BY_DK, swap("math.sqrt(d_k)", "d_k")),
-        Mistake("queries_transposed", "you computed q^T k, a (d_k, d_k) matrix; the scores are q k^T, one per (query, key) pair.", swap("q @ k.transpose(-2, -1)", "q.transpose(-2, -1) @ k")),
-        Mistake("k_dot_T", K_T, swap("k.transpose(-2, -1)", "k.T")),
-    ]),
+    Exercise("qkv_projections", sl.qkv_projections, points=1, cases=qkv_cases, returns=("queries", "keys", "values")),
+    Exercise("attention_scores", sl.attention_scores, points=2, cases=scores_cases),
     Exercise(
         "scaled_dot_product_attention", sl.scaled_dot_product_attention, points=4, cases=sdpa_cases,
         parts={"no mask": 2, "masks": 1.5, "a query with every key masked": 0.5}, depends_on=("attention_scores",),
         returns=("output", "weights"),
-        mistakes=[
-            Mistake("unscaled", UNSCALED, swap("attention_scores(q, k)", "q @ k.transpose(-2, -1)")),
-            Mistake("divided_by_dk", BY_DK, swap("attention_scores(q, k)", "q @ k.transpose(-2, -1) / q.size(-1)")),
-            Mistake("softmax_wrong_axis", "you took the softmax over the queries (dim=-2); each query's weights over the keys (dim=-1) must sum to 1.", swap("dim=-1", "dim=-2")),
-            Mistake("mask_after_softmax", "you applied the mask after the softmax, so the allowed weights no longer sum to 1; fill the scores with -inf before it.", swap(f"if mask is not None:\n        {MASK_FILL}\n    ", "") & swap("weights.nan_to_num(0.0)", "weights.masked_fill(~mask, 0.0)")),
-            Mistake("mask_inverted", "your mask polarity is inverted: True means 'may attend', so fill the scores where the mask is False.", swap("masked_fill(~mask", "masked_fill(mask")),
-            Mistake("masked_with_zero", "you set masked scores to 0 instead of -inf; exp(0) = 1, so masked keys still get weight.", swap('float("-inf")', "0.0")),
-            Mistake("large_negative", "you filled masked scores with a large finite number: a query whose keys are all masked then spreads its weight evenly instead of attending to nothing; use -inf and turn the NaN rows into zeros.", swap('float("-inf")', "-1e9")),
-            Mistake("nan_rows", "a query whose keys are all masked gets NaN (softmax of a row of -inf is 0/0); give such rows zero weight, e.g. weights.nan_to_num(0.0).", swap("    if mask is not None:\n        weights = weights.nan_to_num(0.0)\n", "")),
-            Mistake("keys_not_transposed", K_T, swap("attention_scores(q, k)", "q @ k.T / math.sqrt(q.size(-1))")),
-            Mistake("returns_weights", "you returned the weights where the output belongs; return (weights @ v, weights).", swap("return weights @ v,", "return weights,")),
-        ],
     ),
-    Exercise("causal_mask", sl.causal_mask, points=1, cases=causal_cases, mistakes=[
-        Mistake("inverted", "your mask polarity is inverted: True must mark the allowed positions, on and below the diagonal.", swap("return torch", "return ~torch")),
-        Mistake("no_diagonal", "you left out the diagonal; a position may attend to itself (use tril(), not tril(-1)).", swap(".tril()", ".tril(-1)")),
-        Mistake("upper", "you kept the upper triangle, which lets each position see the future; keep the lower one.", swap(".tril()", ".triu()")),
-        Mistake("float", "return a bool mask (True = allowed), not a float tensor of 0s and 1s.", swap("dtype=torch.bool, ", "")),
-    ]),
-    Exercise("padding_mask", sl.padding_mask, points=1, cases=padding_cases, mistakes=[
-        Mistake("off_by_one", "off by one: a sequence of length L has real tokens at positions 0..L-1 (use <, not <=).", swap(" < ", " <= ")),
-        Mistake("inverted", "your mask polarity is inverted: True must mark the real tokens, False the padding.", swap(" < ", " >= ")),
-        Mistake("no_query_axis", "return shape (B, 1, T): without the middle axis the mask lines up with the wrong axes of (B, T_q, T_k).", swap("(positions[None, :] < lengths[:, None]).unsqueeze(1)", "positions[None, :] < lengths[:, None]")),
-    ]),
+    Exercise("causal_mask", sl.causal_mask, points=1, cases=causal_cases),
+    Exercise("padding_mask", sl.padding_mask, points=1, cases=padding_cases),
     Exercise(
         "SelfAttention", sl.SelfAttention, points=3, cases=self_attention_cases, kind="module",
         parts={"no mask": 2, "with a mask": 1}, depends_on=("scaled_dot_product_attention",), returns=("output", "weights"),
-        mistakes=[
-            Mistake("unprojected_values", "you used x itself as the values; project them with W_v.", swap("self.W_v(x)", "x")),
-            Mistake("ignores_mask", "forward ignores its mask; pass it on to scaled_dot_product_attention.", swap("(q, k, v, mask)", "(q, k, v)")),
-            Mistake("bias", "the projections have no bias: use nn.Linear(d_model, d_k, bias=False).", swap(", bias=False", "", every=True)),
-        ],
     ),
 ]
 

@@ -4,9 +4,8 @@ from torch import nn
 
 import solutions_lib as sl
 from solutions_lib import multihead as mh
-from autograder.core import Call, Case, Exercise, Mistake
+from autograder.core import Call, Case, Exercise
 from autograder.inputs import Draw, dims
-from autograder.mutants import swap
 
 NOTEBOOK = "06_multi_head_attention"
 
@@ -146,60 +145,19 @@ def _hidden_model():
     return model
 
 
-# ---------------------------------------------------------------- the catalog
+# ---------------------------------------------------------------- the exercises
 
-# The head axis of the mask inserted at position 1: right for a (B, T_q, T_k) mask, a broadcasting error
-# (or, when T_q == h, a silently wrong mask) for the 2-D (T_q, T_k) causal mask.
-HEAD_AXIS_1 = swap("mask.unsqueeze(-3)", "mask.unsqueeze(1)")
-NAN_TO_ZERO = "        if mask is not None:\n            weights = weights.nan_to_num(0.0)\n"
-
-# Each head's q, k, v reshaped straight to (B, h, T, d_k), without split_heads' transpose.
-SPLIT_WITHOUT_TRANSPOSE = (
-    swap("split_heads(self.W_q(query), self.h)", "self.W_q(query).view(query.size(0), self.h, query.size(1), self.d_k)")
-    & swap("split_heads(self.W_k(key), self.h)", "self.W_k(key).view(key.size(0), self.h, key.size(1), self.d_k)")
-    & swap("split_heads(self.W_v(value), self.h)", "self.W_v(value).view(value.size(0), self.h, value.size(1), self.d_k)")
-)
 
 EXERCISES = [
-    Exercise("split_heads", mh.split_heads, points=1, cases=split_cases, mistakes=[
-        Mistake("no_transpose", "you reshaped (B, T, d_model) straight to (B, h, T, d_k), which mixes positions between heads; view it as (B, T, h, d_k) first, then transpose(1, 2).", swap("x.view(B, T, h, d_model // h).transpose(1, 2)", "x.view(B, h, T, d_model // h)")),
-        Mistake("interleaved", "you gave each head every h-th feature; head i must get the contiguous slice i*d_k .. (i+1)*d_k - 1, so view as (B, T, h, d_k).", swap(".view(B, T, h, d_model // h).transpose(1, 2)", ".view(B, T, d_model // h, h).permute(0, 3, 1, 2)")),
-        Mistake("heads_last", "you left the head axis after the time axis; return (B, h, T, d_k), so that attention runs over T for each head.", swap(".transpose(1, 2)", "")),
-    ]),
-    Exercise("merge_heads", mh.merge_heads, points=1, cases=merge_cases, mistakes=[
-        Mistake("no_transpose", "you reshaped (B, h, T, d_k) straight to (B, T, d_model), which mixes positions; transpose(1, 2) to (B, T, h, d_k) first, then reshape.", swap("x.transpose(1, 2).reshape", "x.reshape")),
-        Mistake("interleaved", "you interleaved the heads' features; concatenate them, head 0's d_k features first (transpose(1, 2), then reshape).", swap("x.transpose(1, 2)", "x.permute(0, 2, 3, 1)")),
-        Mistake("summed", "you summed the heads; concatenate them along the feature axis, giving width h * d_k.", swap("x.transpose(1, 2).reshape(B, T, h * d_k)", "x.sum(dim=1)")),
-    ]),
+    Exercise("split_heads", mh.split_heads, points=1, cases=split_cases),
+    Exercise("merge_heads", mh.merge_heads, points=1, cases=merge_cases),
     Exercise(
         "MultiHeadAttention", mh.MultiHeadAttention, points=4, cases=mha_cases, kind="module",
         parts={"self-attention": 2, "cross-attention": 1, "masks": 1}, depends_on=("split_heads", "merge_heads"),
         returns=("output", "weights"),
-        mistakes=[
-            Mistake("split_wrong_axis", "your heads are split along the wrong axis: reshape to (B, T, h, d_k) and transpose(1, 2), not straight to (B, h, T, d_k).", SPLIT_WITHOUT_TRANSPOSE),
-            Mistake("merge_wrong_order", "you merged the heads in the wrong order: transpose (B, h, T, d_k) back to (B, T, h, d_k) before reshaping to (B, T, d_model).", swap("merge_heads(self.dropout(weights) @ v)", "(self.dropout(weights) @ v).reshape(query.shape)")),
-            Mistake("no_output_projection", "the concatenated heads must go through the output projection W_o.", swap("self.W_o(merge_heads(self.dropout(weights) @ v))", "merge_heads(self.dropout(weights) @ v)")),
-            Mistake("scaled_by_d_model", "you divided the scores by sqrt(d_model); each head works in d_k = d_model / h dimensions, so divide by sqrt(d_k).", swap("math.sqrt(self.d_k)", "math.sqrt(query.size(-1))")),
-            Mistake("divided_by_dk", "you divided the scores by d_k instead of sqrt(d_k).", swap("/ math.sqrt(self.d_k)", "/ self.d_k")),
-            Mistake("softmax_wrong_axis", "you took the softmax over the queries (dim=-2); each query's weights over the keys (dim=-1) must sum to 1.", swap("dim=-1", "dim=-2")),
-            Mistake("mask_not_broadcast", "your mask is not broadcast over the heads: the scores are (B, h, T_q, T_k), so insert a head axis before the last two, mask.unsqueeze(-3), which fits (T_q, T_k) and (B, T_q, T_k) masks alike.", swap("~mask.unsqueeze(-3)", "~mask")),
-            Mistake("mask_head_axis_1", "mask.unsqueeze(1) misplaces the head axis of a 2-D (T_q, T_k) causal mask; use mask.unsqueeze(-3), which fits (T_q, T_k) and (B, T_q, T_k) masks alike.", HEAD_AXIS_1),
-            Mistake("mask_inverted", "your mask polarity is inverted: True means 'may attend', so fill the scores with -inf where the mask is False (~mask).", swap("masked_fill(~mask", "masked_fill(mask")),
-            Mistake("nan_rows", "a query whose keys are all masked gets NaN (softmax of a row of -inf is 0/0); give such rows zero weight, e.g. weights.nan_to_num(0.0).", swap(NAN_TO_ZERO, "")),
-            Mistake("large_negative", "you filled masked scores with a large finite number, so a query whose keys are all masked spreads its weight evenly instead of attending to nothing; use -inf, then nan_to_num(0.0).", swap('float("-inf")', "-1e9")),
-            Mistake("averaged_weights", "you averaged the weights over the heads (nn.MultiheadAttention's default); return every head's weights, (B, h, T_q, T_k).", swap(")), weights", ")), weights.mean(dim=1)")),
-        ],
     ),
-    Exercise("mha_state_from_pytorch", mh.mha_state_from_pytorch, points=2, cases=state_cases, mistakes=[
-        Mistake("transposed", "nn.Linear and nn.MultiheadAttention store weights the same way, (out, in): copy them without transposing.", swap("w.detach()", "w.T.detach()") & swap("out_proj.weight.detach()", "out_proj.weight.T.detach()")),
-        Mistake("wrong_order", "in_proj_weight stacks the query, key and value matrices in that order: q first.", swap('["W_q", "W_k", "W_v"]', '["W_k", "W_q", "W_v"]')),
-        Mistake("no_biases", "copy the biases too: in_proj_bias holds the three input biases and out_proj.bias the output bias.", swap(', state[f"{name}.bias"]', '') & swap(', b.detach().clone()', '') & swap('    state["W_o.bias"] = mha.out_proj.bias.detach().clone()\n', '')),
-    ]),
-    Exercise("count_parameters", mh.count_parameters, points=1, cases=count_cases, mistakes=[
-        Mistake("tensors", "you counted parameter tensors; count the numbers in them, p.numel().", swap("p.numel()", "1")),
-        Mistake("shared_twice", "a tensor shared by two layers is one set of parameters: module.parameters() lists it once, so count over that.", swap("p in module.parameters()", "_, p in module.named_parameters(remove_duplicate=False)")),
-        Mistake("frozen_too", "count only trainable parameters, those with requires_grad set.", swap(" if p.requires_grad", "")),
-    ]),
+    Exercise("mha_state_from_pytorch", mh.mha_state_from_pytorch, points=2, cases=state_cases),
+    Exercise("count_parameters", mh.count_parameters, points=1, cases=count_cases),
 ]
 
 DEMO_MISTAKES = [("merge_heads", "no_transpose"), ("MultiHeadAttention", "scaled_by_d_model")]

@@ -7,9 +7,8 @@ import torch
 
 import solutions_lib as sl
 from solutions_lib import transformer as tf
-from autograder.core import Call, Case, Exercise, Mistake
+from autograder.core import Call, Case, Exercise
 from autograder.inputs import Draw, dims
-from autograder.mutants import swap
 
 NOTEBOOK = "07_transformer_architecture"
 
@@ -187,93 +186,25 @@ def transformer_cases():
     ]
 
 
-# ---------------------------------------------------------------- the catalog
-
-AFTER_NORM = "the residual goes inside the norm, LayerNorm(x + Sublayer(x)); you added it after the norm."
-SAME_LAYER = "[layer] * N repeats one layer object N times, so all layers share weights; build N separate layers."
-FFN = "self.W_2(self.dropout(torch.relu(self.W_1(x))))"
-CROSS = "self.cross_attn(x, memory, memory, src_mask)"
-ADD_NORM_2 = "x = self.norm2(x + self.dropout(attended))"
+# ---------------------------------------------------------------- the exercises
 
 
-def _residual_after_norm(last):
-    """x = x + norm(Sublayer(x)) for every sublayer; norm `last` is the feed-forward network's."""
-    edit = swap("x = self.norm1(x + self.dropout(attended))", "x = x + self.norm1(self.dropout(attended))")
-    if last == 3:
-        edit &= swap(ADD_NORM_2, "x = x + self.norm2(self.dropout(attended))")
-    return edit & swap(f"return self.norm{last}(x + self.dropout(self.ffn(x)))", f"return x + self.norm{last}(self.dropout(self.ffn(x)))")
-
-
-def _same_layer(layer):
-    return swap(f"nn.ModuleList({layer}(d_model, h, d_ff, dropout) for _ in range(N))", f"nn.ModuleList([{layer}(d_model, h, d_ff, dropout)] * N)")
-
-
-def _not_chained(call):
-    return swap(f"x = {call}\n        return x", f"out = {call}\n        return out")
-
-
-def _layer_or_stack(name, points, cases, depends_on, mistakes):
+def _layer_or_stack(name, points, cases, depends_on):
     """The exercise of a layer or a stack of them: checked without and with a source padding mask."""
     return Exercise(name, _with_random_norms(getattr(tf, name)), points=points, cases=cases, kind="module",
-                    parts={"no mask": 2, "padding mask": 1}, depends_on=depends_on, mistakes=mistakes)
+                    parts={"no mask": 2, "padding mask": 1}, depends_on=depends_on)
 
 
 EXERCISES = [
-    Exercise("LayerNorm", _with_random_norms(tf.LayerNorm), points=2, cases=ln_cases, kind="module", mistakes=[
-        Mistake("eps_outside_sqrt", "eps belongs inside the square root, sqrt(var + eps); outside it changes the result when the variance is small.", swap("torch.sqrt(var + self.eps)", "(torch.sqrt(var) + self.eps)")),
-        Mistake("unbiased", "use the biased variance (divide by d_model): x.var(dim=-1, unbiased=False).", swap(", unbiased=False", "")),
-        Mistake("over_batch", "you normalised over the batch (like BatchNorm); LayerNorm normalises each token vector over its own d_model features, dim=-1.", swap("dim=-1", "dim=(0, 1)", every=True)),
-        Mistake("over_time_too", "you normalised over time and features together; take the mean and variance over the last axis only, one token at a time.", swap("dim=-1", "dim=(-2, -1)", every=True)),
-        Mistake("no_affine", "after normalising, scale by gamma and shift by beta.", swap("self.gamma * (x - mean) / torch.sqrt(var + self.eps) + self.beta", "(x - mean) / torch.sqrt(var + self.eps)")),
-    ]),
-    Exercise("FeedForward", tf.FeedForward, points=1, cases=ff_cases, kind="module", mistakes=[
-        Mistake("no_relu", "without the ReLU between W_1 and W_2 the two layers collapse into one linear map.", swap("torch.relu(self.W_1(x))", "self.W_1(x)")),
-        Mistake("relu_at_the_end", "the ReLU goes between W_1 and W_2 only; the output of W_2 is not passed through it.", swap(FFN, f"torch.relu({FFN})")),
-        Mistake("gelu", "the paper's feed-forward network uses ReLU, not GELU.", swap("torch.relu", "nn.functional.gelu")),
-    ]),
-    _layer_or_stack("EncoderLayer", 3, encoder_layer_cases, depends_on=("LayerNorm", "FeedForward"), mistakes=[
-        Mistake("residual_after_norm", AFTER_NORM, _residual_after_norm(last=2)),
-        Mistake("pre_norm", "you normalised before each sublayer (pre-norm); this course follows the paper: x = LayerNorm(x + Sublayer(x)).",
-                swap("self.self_attn(x, x, x, mask)", "self.self_attn(self.norm1(x), self.norm1(x), self.norm1(x), mask)")
-                & swap("x = self.norm1(x + self.dropout(attended))", "x = x + self.dropout(attended)")
-                & swap("return self.norm2(x + self.dropout(self.ffn(x)))", "return x + self.dropout(self.ffn(self.norm2(x)))")),
-        Mistake("no_residual", "each sublayer's input must be added back (the residual connection) before the norm: LayerNorm(x + Sublayer(x)).",
-                swap("(x + self.dropout(", "(self.dropout(", every=True)),
-        Mistake("ignores_mask", "pass the mask on to the self-attention, so that no token attends to padding.", swap("(x, x, x, mask)", "(x, x, x)")),
-        Mistake("one_norm", "each sublayer has its own LayerNorm: norm1 after attention, norm2 after the feed-forward network.", swap("return self.norm2(", "return self.norm1(")),
-    ]),
-    _layer_or_stack("Encoder", 2, encoder_cases, depends_on=("EncoderLayer",), mistakes=[
-        Mistake("not_chained", "each layer must take the previous layer's output (x = layer(x, mask)), not the stack's input.", _not_chained("layer(x, mask)")),
-        Mistake("same_layer", SAME_LAYER, _same_layer("EncoderLayer")),
-        Mistake("drops_mask", "pass the mask to every layer.", swap("layer(x, mask)", "layer(x)")),
-    ]),
-    _layer_or_stack("DecoderLayer", 3, decoder_layer_cases, depends_on=("LayerNorm", "FeedForward"), mistakes=[
-        Mistake("cross_uses_decoder_keys", "in cross-attention the queries come from the decoder but the keys and values from the encoder's output (memory).",
-                swap(CROSS, "self.cross_attn(x, x, x)")),
-        Mistake("no_causal_mask", "the decoder's self-attention must use tgt_mask, the causal mask, or each position sees the future.",
-                swap("(x, x, x, tgt_mask)", "(x, x, x)")),
-        Mistake("residual_after_norm", AFTER_NORM, _residual_after_norm(last=3)),
-        Mistake("no_cross_attention", "the decoder layer has three sublayers: masked self-attention, cross-attention to memory, feed-forward.",
-                swap(f"        attended, _ = {CROSS}\n        {ADD_NORM_2}\n", "")),
-        Mistake("memory_normalised", "use the encoder's output (memory) as it is for the keys and values of cross-attention.",
-                swap(CROSS, "self.cross_attn(x, self.norm1(memory), self.norm1(memory), src_mask)")),
-    ]),
-    _layer_or_stack("Decoder", 2, decoder_cases, depends_on=("DecoderLayer",), mistakes=[
-        Mistake("not_chained", "each layer must take the previous layer's output (x = layer(x, memory, ...)), not the stack's input.",
-                _not_chained("layer(x, memory, src_mask, tgt_mask)")),
-        Mistake("same_layer", SAME_LAYER, _same_layer("DecoderLayer")),
-        Mistake("chains_memory", "every decoder layer attends to the same memory, the encoder's final output.",
-                swap("x = layer(x, memory, src_mask, tgt_mask)", "x = layer(x, memory, src_mask, tgt_mask)\n            memory = x")),
-    ]),
+    Exercise("LayerNorm", _with_random_norms(tf.LayerNorm), points=2, cases=ln_cases, kind="module"),
+    Exercise("FeedForward", tf.FeedForward, points=1, cases=ff_cases, kind="module"),
+    _layer_or_stack("EncoderLayer", 3, encoder_layer_cases, depends_on=("LayerNorm", "FeedForward")),
+    _layer_or_stack("Encoder", 2, encoder_cases, depends_on=("EncoderLayer",)),
+    _layer_or_stack("DecoderLayer", 3, decoder_layer_cases, depends_on=("LayerNorm", "FeedForward")),
+    _layer_or_stack("Decoder", 2, decoder_cases, depends_on=("DecoderLayer",)),
     Exercise(
         "Transformer", _with_random_norms(tf.Transformer), points=4, cases=transformer_cases, kind="module",
         parts={"no mask": 2, "padding masks": 1, "tied weights": 1}, depends_on=("Encoder", "Decoder"),
-        mistakes=[
-            Mistake("no_scaling", "multiply the token embeddings by sqrt(d_model) before adding the positional encoding.", swap(" * math.sqrt(self.d_model)", "")),
-            Mistake("no_positions", "add the sinusoidal positional encoding to the scaled embeddings; without it the model cannot tell positions apart.", swap(" + self.pe[: tokens.size(1)]", "")),
-            Mistake("no_causal_mask", "the decoder must always get the causal mask (combined with tgt_mask when one is given), or each position sees the future.", swap("mask = causal_mask(tgt.size(1), device=tgt.device)\n        if tgt_mask is not None:\n            mask = mask & tgt_mask", "mask = tgt_mask")),
-            Mistake("scaled_after_positions", "scale the embeddings by sqrt(d_model) before adding the positional encoding, not the sum.", swap("embedding(tokens) * math.sqrt(self.d_model) + self.pe[: tokens.size(1)]", "(embedding(tokens) + self.pe[: tokens.size(1)]) * math.sqrt(self.d_model)")),
-        ],
     ),
 ]
 

@@ -7,8 +7,7 @@ encode also hold characters no corpus contains (emoji, CJK, Greek).
 """
 import random
 
-from autograder.core import Call, Case, Exercise, Mistake
-from autograder.mutants import swap
+from autograder.core import Call, Case, Exercise
 from solutions_lib import bpe
 
 NOTEBOOK = "09_bpe_tokenization"
@@ -171,47 +170,18 @@ def decode_cases():
     ]
 
 
-# ---------------------------------------------------------------- the catalog
+# ---------------------------------------------------------------- the exercises
 
-BEST = "min(counts, key=lambda p: (-counts[p], p))"
-EARLIEST = 'min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, float("inf")))'
-DECODED = 'b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")'
 
 EXERCISES = [
-    Exercise("pair_counts", bpe.pair_counts, points=1, cases=pair_counts_cases, mistakes=[
-        Mistake("across_words", "you counted pairs across word boundaries (the last id of one word with the first of the next); count inside each word only.", swap("for ids in words:", "for ids in [sum(words, [])]:")),
-        Mistake("once_per_word", "you counted each pair once per word; count every occurrence, so 'aaa' holds (a, a) twice.", swap("zip(ids, ids[1:])", "set(zip(ids, ids[1:]))")),
-        Mistake("stops_early", "your loop stops one pair early and misses the last pair of every word; a word of n ids has n - 1 pairs.", swap("zip(ids, ids[1:])", "zip(ids, ids[1:-1])")),
-    ]),
-    Exercise("merge_pair", bpe.merge_pair, points=2, cases=merge_cases, mistakes=[
-        Mistake("no_skip", "after a merge you did not skip the second id of the pair, so it is kept or merged again ('aaa' with (a, a) must give [new_id, a]); advance by 2 after a merge.", swap("i += 2", "i += 1")),
-        Mistake("right_to_left", "you scanned from right to left; merge from the left, so 'aaa' with (a, a) gives [new_id, a], not [a, new_id].", swap("out, i = [], 0", "ids, pair, out, i = ids[::-1], pair[::-1], [], 0") & swap("return out", "return out[::-1]")),
-        Mistake("first_only", "you merged only the first occurrence of the pair; replace every one.", swap("out.append(new_id)\n            i += 2", "return out + [new_id] + ids[i + 2 :]")),
-        Mistake("drops_last", "the last id goes missing when it is not part of a merge; when the loop ends one id before the end, append that id too.", swap("while i < len(ids):", "while i < len(ids) - 1:")),
-    ]),
+    Exercise("pair_counts", bpe.pair_counts, points=1, cases=pair_counts_cases),
+    Exercise("merge_pair", bpe.merge_pair, points=2, cases=merge_cases),
     Exercise(
         "train_bpe", bpe.train_bpe, points=3, cases=train_cases, parts={"generated corpora": 3, "stops when no pair is left": 1},
         depends_on=("pair_counts", "merge_pair"),
-        mistakes=[
-            Mistake("ties_first_seen", "ties are broken by whichever pair was counted first (max(counts, key=counts.get)); the rule is: among equally frequent pairs take the smallest (a, b), e.g. min(counts, key=lambda p: (-counts[p], p)).", swap(BEST, "max(counts, key=counts.get)")),
-            Mistake("ties_largest", "among equally frequent pairs you took the largest (a, b); the rule is to take the smallest.", swap(BEST, "max(counts, key=lambda p: (counts[p], p))")),
-            Mistake("across_words", "you merged pairs across word boundaries by training on the whole text as one sequence; train on split_words(text), one list of bytes per word.", swap("text_to_words(text)", '[list(text.encode("utf-8"))]')),
-            Mistake("vocab_size_as_merges", "vocab_size counts the 256 byte tokens too, so learn vocab_size - 256 merges, not vocab_size.", swap("while N_BYTES + len(merges) < vocab_size", "while len(merges) < vocab_size")),
-            Mistake("counted_once", "you counted the pairs once and took the top ones; every merge changes the counts, so recount after each merge.", swap("        counts = pair_counts(words)\n", "") & swap("    merges = []\n", "    merges = []\n    counts = pair_counts(words)\n") & swap(f"pair = {BEST}\n", f"pair = {BEST}\n        del counts[pair]\n")),
-        ],
     ),
-    Exercise("encode", bpe.encode, points=2, cases=encode_cases, parts={"texts like the corpus": 2, "unseen characters": 1}, depends_on=("merge_pair",), mistakes=[
-        Mistake("codepoints", "you started from the characters' code points (ord); start from the UTF-8 bytes, list(word.encode('utf-8')), so that every character, seen or not, becomes ids 0..255.", swap("text_to_words(text)", "[[ord(c) for c in word] for word in split_words(text)]")),
-        Mistake("latest_merge_first", "you applied the most recently learned merge first; apply merges in the order they were learned: always the pair with the lowest rank.", swap(EARLIEST, "max(zip(ids, ids[1:]), key=lambda p: ranks.get(p, -1))")),
-        Mistake("drops_whitespace", "text.split() throws the whitespace away, so it can never be decoded again; cut the text with split_words, which keeps it.", swap("text_to_words(text)", '[list(word.encode("utf-8")) for word in text.split()]')),
-        Mistake("leftmost_pair", "you merged the leftmost pair that has a merge rule; merge the pair that was learned earliest (lowest rank), wherever it is in the word.", swap(EARLIEST, "next((p for p in zip(ids, ids[1:]) if p in ranks), None)")),
-    ]),
-    Exercise("decode", bpe.decode, points=2, cases=decode_cases, parts={"ids from encode": 2, "any ids": 1}, mistakes=[
-        Mistake("per_token", "you decoded each token on its own; a character unseen in training is split over several byte tokens, so join all the bytes first and decode them once.", swap(DECODED, '"".join(vocab[i].decode("utf-8", errors="replace") for i in ids)')),
-        Mistake("latin1", "you turned each byte into a character with chr; characters beyond ASCII take 2 to 4 bytes in UTF-8, so join the bytes and call .decode('utf-8').", swap(DECODED, '"".join(chr(byte) for i in ids for byte in vocab[i])')),
-        Mistake("pair_reversed", "a merged token (a, b) stands for the bytes of a followed by those of b, not b then a.", swap("vocab[a] + vocab[b]", "vocab[b] + vocab[a]")),
-        Mistake("strict", "ids that do not form valid UTF-8 made decode raise; decode with errors='replace' as the docstring says.", swap(', errors="replace"', "")),
-    ]),
+    Exercise("encode", bpe.encode, points=2, cases=encode_cases, parts={"texts like the corpus": 2, "unseen characters": 1}, depends_on=("merge_pair",)),
+    Exercise("decode", bpe.decode, points=2, cases=decode_cases, parts={"ids from encode": 2, "any ids": 1}),
 ]
 
 # The demo's third student makes these two mistakes (exercise, mistake name).

@@ -1,4 +1,4 @@
-"""The world learner code runs in while it is graded (autograder.sandbox, autograder.views)."""
+"""The world learner code runs in while it is graded (autograder.grading.sandbox, autograder.grading.views)."""
 import json
 import os
 import shutil
@@ -10,9 +10,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import registry, sandbox, student_dist, verdict, views
+from autograder import registry
+from autograder.grading import sandbox, verdict, views
+from autograder.release import student_dist
 from autograder.course import CourseError
-from autograder.grade import Grader, read_problems
+from autograder.grading.grade import Grader, read_problems
 from conftest import ROOT
 
 NAME = "05_self_attention"

@@ -24,7 +24,8 @@ import course_lib.attention
 import course_lib.multihead
 import course_lib.positional
 import course_lib.transformer
-from autograder import registry, student_dist
+from autograder import registry
+from autograder.release import student_dist
 from autograder.__main__ import main
 from autograder.check_notebook import execute
 from autograder.core import check_exercise
@@ -206,7 +207,7 @@ def test_every_check_loads_without_the_reference(dist):
     out = in_dist(dist, """
 import autograder, autograder.registry as r
 from autograder.core import check_exercise
-for name in ("solutions_lib", "autograder.assignments", "autograder.release", "autograder.grade"):
+for name in ("solutions_lib", "autograder.assignments", "autograder.release", "autograder.grading.grade"):
     try:
         __import__(name)
         raise SystemExit(name + " is importable")
@@ -275,7 +276,7 @@ def test_a_notebook_gets_the_same_grades_and_diagnoses_in_both(dist, tmp_path):
     for exercise_name, mistake_name in registry.demo_mistakes(NOTEBOOK):
         says = next(m.says for m in registry.get(exercise_name).mistakes if m.name == mistake_name)
         # a mistake built on another failed exercise is sent back to that one first (in a learner's kernel;
-        # the grader names both, tests/test_demo.py)
+        # the grader names both, tests/grading/test_demo.py)
         blocked = set(registry.get(exercise_name).depends_on) & set(failed)
         assert failed[exercise_name].endswith(f"Likely mistake: {says}") or blocked and "fix that first" in failed[exercise_name]
     assert graded_in_repository(submissions["mistakes"], tmp_path) == rows

@@ -3,7 +3,7 @@
 nbgrader's kernel for a submission starts inside `bwrap` and sees
 
 - read-only: the Python environment, and the student side of one notebook
-  (autograder.views: what `release --student-dist` ships for it, without the
+  (autograder.grading.views: what `release --student-dist` ships for it, without the
   stand-ins of that notebook's own exercises), as /course;
 - writable: its scratch folder (a copy of the submission's folder, where it
   starts, and the kernel's sockets) and a private /tmp;

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.course import CourseError, find_root
-from autograder.grade import Grader, read_grades, read_problems
+from autograder.grading.grade import Grader, read_grades, read_problems
 from autograder.results import notebook_results, table
 
 

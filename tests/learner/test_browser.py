@@ -326,7 +326,7 @@ def test_progress_bars_render_in_jupyterlab(pages, capsys):
 @pytest.fixture(scope="module")
 def graded_class(course):
     """The demo's three students of one notebook, graded by `grade` in the course folder itself."""
-    from autograder.grade import Grader, read_grades
+    from autograder.grading.grade import Grader, read_grades
 
     for student in ("ada_complete", "ben_blank", "cy_two_mistakes"):
         shutil.copytree(ROOT / "examples" / "submitted" / student / NOTEBOOK, course / "submitted" / student / NOTEBOOK)

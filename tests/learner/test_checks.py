@@ -24,7 +24,7 @@ def test_reference_passes_public_and_hidden_cases(exercise):
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=ids)
 def test_the_learners_process_never_runs_hidden_cases(exercise, monkeypatch, capsys):
-    # Under grading the comparison happens outside the sandbox (autograder.verdict); a check
+    # Under grading the comparison happens outside the sandbox (autograder.grading.verdict); a check
     # in the learner's process compares on the public cases only, even under nbgrader.
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     monkeypatch.delenv("AUTOGRADER_CASES", raising=False)
@@ -112,7 +112,7 @@ def test_endless_loop_is_stopped(monkeypatch):
 
 def test_partial_credit_prints_the_points_earned_and_returns_nothing(capsys):
     # A returned number would leave a stray `Out: 3.0` in the learner's notebook; under grading the
-    # score is written by the grader (autograder.verdict), so the learner's kernel never states it.
+    # score is written by the grader (autograder.grading.verdict), so the learner's kernel never states it.
     ex = registry.get(SDPA)
     nan_rows = next(m for m in ex.mistakes if m.name == "nan_rows").impl
     assert check(SDPA, nan_rows) is None

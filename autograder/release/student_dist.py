@@ -12,7 +12,7 @@ check cell still gives the feedback it gives in the repository on the public
 cases: the release command runs the reference and every catalogued mistake on
 them once and stores the results (autograder.reference_data), which
 autograder.registry reads where the catalogs are absent. The grading sandbox shows a kernel the
-same files for one notebook (autograder.views).
+same files for one notebook (autograder.grading.views).
 """
 from __future__ import annotations
 
@@ -123,9 +123,9 @@ def _not_shipped_modules(modules):
 
 
 def _repository_cells():
-    """Ids of the cells that open or install the course repository (autograder.colab): not for a class."""
+    """Ids of the cells that open or install the course repository (autograder.release.colab): not for a class."""
     try:
-        from autograder import colab
+        from autograder.release import colab
     except ImportError:
         return set()
     return {colab.BADGE_CELL_ID, colab.INSTALL_CELL_ID}

@@ -13,7 +13,7 @@ from nbgrader.api import Gradebook
 
 from autograder import registry
 from autograder.course import sqlite_url
-from autograder.grade import read_grades
+from autograder.grading.grade import read_grades
 from autograder.release import fill_submission, mistake_source
 from conftest import ROOT
 

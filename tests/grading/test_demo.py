@@ -6,10 +6,11 @@ import nbformat
 import pytest
 
 from autograder import registry
-from autograder import record, verdict
+from autograder import record
+from autograder.grading import verdict
 from autograder.core import Outcome, outcome_from_plain
-from autograder.demo import summary
-from autograder.grade import Grader, read_grades
+from autograder.grading.demo import summary
+from autograder.grading.grade import Grader, read_grades
 from conftest import ASSIGNMENTS, BLANK, COMPLETE, ROOT, TWO_MISTAKES, results_of
 
 pytestmark = pytest.mark.slow

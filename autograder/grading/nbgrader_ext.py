@@ -1,8 +1,8 @@
 """nbgrader preprocessors of the course (named in nbgrader_config.py).
 
-SandboxedExecute runs a submission in its sandbox (autograder.sandbox), and
+SandboxedExecute runs a submission in its sandbox (autograder.grading.sandbox), and
 GradeChecks writes every check cell's outcome from the comparison on the
-grader's side (autograder.verdict), so plain `nbgrader autograde` and
+grader's side (autograder.grading.verdict), so plain `nbgrader autograde` and
 `python -m autograder grade` grade the same way.
 """
 from pathlib import Path
@@ -22,7 +22,7 @@ class SandboxedExecute(Execute):
     root = Unicode("", help="The course repository (nbgrader_config.py sets it).").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
-        from autograder import sandbox, verdict, views
+        from autograder.grading import sandbox, verdict, views
         from autograder.course import find_root
 
         sandboxed = sandbox.enabled()
@@ -71,7 +71,7 @@ class GradeChecks(NbGraderPreprocessor):
     """Every check cell's outputs, and so its score, from the grader's own comparison."""
 
     def preprocess(self, nb, resources):
-        from autograder.verdict import grade_test_cells
+        from autograder.grading.verdict import grade_test_cells
 
         return grade_test_cells(nb), resources
 

@@ -1,6 +1,6 @@
 """The grading protocol without nbgrader: the cases the grader sends into the sandbox,
 what a test cell sends back (autograder.record), and the grader's verdict on it
-(autograder.verdict), for the reference, every catalogued mistake, and forgeries."""
+(autograder.grading.verdict), for the reference, every catalogued mistake, and forgeries."""
 import base64
 import io
 import os
@@ -11,7 +11,8 @@ import pytest
 import torch
 from nbformat.v4 import new_code_cell, new_output
 
-from autograder import core, record, registry, verdict
+from autograder import core, record, registry
+from autograder.grading import verdict
 from autograder.results import notebook_results
 
 EXERCISES = registry.all_exercises()
@@ -146,7 +147,7 @@ def test_an_error_comes_back_as_its_kind():
 
 # ---------------------------------------------------------------- one mistake is charged once
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+from conftest import ROOT  # noqa: E402
 USED = [(ex, m) for ex in EXERCISES for m in ex.mistakes
         if any(ex.name in other.depends_on for other in registry.for_notebook(ex.notebook))]
 
@@ -157,7 +158,7 @@ def graded_in_process(notebook, code):
     import importlib
     import inspect
 
-    from autograder.student_dist import closed_over
+    from autograder.release.student_dist import closed_over
 
     lessons = [(closed_over(ex.reference) or [ex.reference])[0] for ex in registry.for_notebook(notebook)]
     namespace = {"__name__": "__main__"}

@@ -4,7 +4,7 @@ REPOSITORY is the one place that names where the course lives; the Colab and
 Binder links and the Colab install cell are all made from it. A class that
 works from a fork changes REPOSITORY, then runs
 
-    python -m autograder.colab        # rewrite the two cells of every solutions/ notebook
+    python -m autograder.release.colab        # rewrite the two cells of every solutions/ notebook
     python -m autograder release      # and carry them into notebooks/
 
 Both commands are idempotent. The cells, at the top of each notebook:
@@ -63,7 +63,7 @@ def torch_floor():
     """The oldest torch the course is tested with: pyproject.toml's `torch>=X`."""
     import tomllib
 
-    with open(Path(__file__).resolve().parent.parent / "pyproject.toml", "rb") as f:
+    with open(Path(__file__).resolve().parents[2] / "pyproject.toml", "rb") as f:
         deps = tomllib.load(f)["project"]["dependencies"]
     return next(d.split(">=")[1] for d in deps if d.startswith("torch>="))
 

@@ -21,7 +21,7 @@ import pytest
 from nbformat.v4 import new_code_cell
 
 from autograder import registry
-from autograder.grade import Grader, read_grades
+from autograder.grading.grade import Grader, read_grades
 from autograder.release import fill_submission
 from conftest import ROOT, results_of
 
@@ -415,7 +415,7 @@ def test_the_classmate_keeps_full_marks(bad_course, plain_nbgrader_course):
 
 def test_no_process_is_left_behind(bad_course, plain_nbgrader_course):
     # the sandbox's pid namespace ends with its kernel; as root, its pids cgroup is removed after
-    from autograder.sandbox import PIDS
+    from autograder.grading.sandbox import PIDS
 
     left = []
     for pid in [p for p in os.listdir("/proc") if p.isdigit()]:

@@ -1,4 +1,9 @@
-"""`python -m autograder release`: notebooks/ and the demo submissions, generated from solutions/."""
+"""`python -m autograder release`: notebooks/ and the demo submissions, generated from solutions/.
+
+The instructor's side of making the course: this module releases the
+notebooks, `student_dist` builds what a class gets, and `colab` writes the
+cells that open every notebook on Colab and Binder.
+"""
 from __future__ import annotations
 
 import re
@@ -10,7 +15,7 @@ import nbformat
 from autograder import registry
 from autograder.course import CourseError, assignments
 from autograder.mutants import source_of
-from autograder.nbgrader_jobs import generate_assignments
+from autograder.grading.nbgrader_jobs import generate_assignments
 
 DEMO_STUDENTS = ("ada_complete", "ben_blank", "cy_two_mistakes")
 

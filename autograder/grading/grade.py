@@ -2,7 +2,7 @@
 
 Layout (nbgrader's): COURSE/submitted/<student>/<assignment>/<notebook>.ipynb.
 Produces COURSE/autograded/..., COURSE/feedback/<student>/<assignment>/<notebook>.html,
-the course's gradebook COURSE/gradebook.db (autograder.gradebook), and from it
+the course's gradebook COURSE/gradebook.db (autograder.grading.gradebook), and from it
 COURSE/grades.csv, exactly as `nbgrader export` writes it.
 
 Each job autogrades a submission into a gradebook of its own, then merges the
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import gradebook, sandbox, views
+from autograder.grading import gradebook, sandbox, views
 from autograder.course import CourseError, assignments, digest, find_root, sqlite_url, tool_env
-from autograder.nbgrader_jobs import RESULT_PREFIX, api_for, generate_assignments
+from autograder.grading.nbgrader_jobs import RESULT_PREFIX, api_for, generate_assignments
 
 STATE = ".autograder"
 
@@ -59,7 +59,7 @@ def course_dir_for(path):
 
 
 class Grader:
-    """`sandboxed=False` grades without the sandbox (autograder.sandbox), for trusted work only:
+    """`sandboxed=False` grades without the sandbox (autograder.grading.sandbox), for trusted work only:
     every submission it grades says so in grading_problems.csv."""
 
     def __init__(self, course, root=None, log=print, sandboxed=True):
@@ -153,7 +153,7 @@ class Grader:
         if jobs > 1:  # J kernels at a time already fill the cores; more threads each only fight
             env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
         proc = subprocess.Popen(
-            [sys.executable, "-m", "autograder.nbgrader_jobs", str(jobfile)],
+            [sys.executable, "-m", "autograder.grading.nbgrader_jobs", str(jobfile)],
             cwd=self.course, env=env, stdout=subprocess.PIPE, stderr=log, text=True,
         )
         return proc, log

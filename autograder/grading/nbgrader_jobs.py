@@ -1,7 +1,7 @@
 """nbgrader through its Python API, so that one process does many notebooks.
 
 Starting nbgrader costs about five seconds; grading one notebook, a few more.
-A worker process (`python -m autograder.nbgrader_jobs JOBFILE`) therefore
+A worker process (`python -m autograder.grading.nbgrader_jobs JOBFILE`) therefore
 autogrades and writes feedback for a whole list of submissions, printing one
 result line per submission for the parent to read.
 """
@@ -46,7 +46,7 @@ def grade(job):
     `db`, merge the result into the course's gradebook, and write the feedback from there."""
     import nbformat
 
-    from autograder.gradebook import merge
+    from autograder.grading.gradebook import merge
     from autograder.results import notebook_results
 
     course_api = api_for(job["root"], root=job["course"], source_directory=job["source"],

@@ -1,9 +1,9 @@
-"""Colab, Binder and the student's JupyterLab, short of a browser (tests/test_browser.py has that).
+"""Colab, Binder and the student's JupyterLab, short of a browser (tests/learner/test_browser.py has that).
 
 - The Colab cell of every notebook does nothing outside Colab; on a simulated Colab
   it installs the course from the repository's address and leaves torch alone.
 - The check API needs none of the grading tools (nbgrader and co.), which Colab lacks.
-- The Colab and Binder links come from the one address, autograder.colab.REPOSITORY.
+- The Colab and Binder links come from the one address, autograder.release.colab.REPOSITORY.
 - `make lab` gives students JupyterLab without nbgrader's instructor tools.
 - Progress bars: text in a terminal, a widget in a Jupyter kernel.
 """
@@ -19,7 +19,8 @@ import types
 import nbformat
 import pytest
 
-from autograder import colab, lab
+from autograder.release import colab
+from autograder import lab
 from conftest import ASSIGNMENTS, ROOT
 
 NOTEBOOKS = [ROOT / d / n / f"{n}.ipynb" for d in ("solutions", "notebooks") for n in ASSIGNMENTS]
@@ -42,7 +43,7 @@ def test_every_notebook_opens_with_the_colab_badge_and_install_cell(path):
     assert first_code.get("id") == colab.INSTALL_CELL_ID and first_code.source == colab.install_source()
     assert "nbgrader" not in first_code.metadata, "the Colab cell is an ordinary cell, neither graded nor locked"
     again = colab.add_colab_cells(nbformat.from_dict(nb), name)
-    assert nbformat.writes(again) == nbformat.writes(nb), "run `python -m autograder.colab` and `python -m autograder release`"
+    assert nbformat.writes(again) == nbformat.writes(nb), "run `python -m autograder.release.colab` and `python -m autograder release`"
 
 
 def run_install_cell(monkeypatch, on_colab, colab_torch=None):

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from autograder import registry, student_dist
+from autograder import registry
+from autograder.release import student_dist
 from autograder.course import digest
 
 FOLDER = Path(".autograder") / "views"
