@@ -3,13 +3,15 @@
 # make test-browser    JupyterLab in headless Chromium (apt-get install chromium); screenshots in test-artifacts/
 # make lab             JupyterLab on notebooks/, as a student (no nbgrader instructor tools)
 # make lab-instructor  JupyterLab on the course, with nbgrader's formgrader, course list and create-assignment
+# make site            the course as a static HTML site, solutions hidden, in site/_build/html
+#                      (runs every notebook in full; COURSE_SITE_QUICK=1 make site: the grading budget, minutes)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PIP    := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: install test test-fast test-browser demo lab lab-instructor release clean
+.PHONY: install test test-fast test-browser demo lab lab-instructor release site clean
 
 install: $(STAMP)
 
@@ -18,7 +20,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt torch
-	$(PIP) install -q -c constraints.txt -e ".[grading,lab,dev,browser]"
+	$(PIP) install -q -c constraints.txt -e ".[grading,lab,dev,browser,site]"
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -36,6 +38,9 @@ demo: $(STAMP)
 
 release: $(STAMP)
 	$(BIN)/python -m autograder release
+
+site: $(STAMP)
+	$(BIN)/python -m autograder.release.site
 
 lab: $(STAMP)
 	$(BIN)/python -m autograder.lab student notebooks/

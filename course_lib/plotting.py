@@ -39,3 +39,29 @@ def attention_heatmap(weights, query_tokens, key_tokens, ax=None, title="attenti
     ax.set_xlabel("key (attended to)")
     ax.set_ylabel("query")
     return ax
+
+
+def attention_grid(maps, src_tokens, tgt_tokens, title=None):
+    """Every head of every layer of one example: one row a layer, one column a head.
+
+    maps: {kind: [per layer (h, T_q, T_k)]} with the kinds of course_lib.transformer.attention_maps;
+    src_tokens: the T_src source labels; tgt_tokens: the T_tgt labels of the decoder's positions
+    """
+    labels = {"encoder self-attention": (src_tokens, src_tokens), "decoder self-attention": (tgt_tokens, tgt_tokens),
+              "cross-attention": (tgt_tokens, src_tokens)}
+    rows = [(kind, i, w.detach().float().cpu()) for kind, layers in maps.items() for i, w in enumerate(layers)]
+    h = rows[0][2].size(0)
+    fig, axes = plt.subplots(len(rows), h, figsize=(2.3 * h + 1.2, 2.3 * len(rows)), squeeze=False, layout="constrained")
+    for r, (kind, i, w) in enumerate(rows):
+        queries, keys = labels[kind]
+        for j, ax in enumerate(axes[r]):
+            image = ax.imshow(w[j], cmap="viridis", vmin=0.0, vmax=1.0)
+            ax.set_xticks(range(len(keys)), labels=keys, fontsize=6, rotation=90)
+            ax.set_yticks(range(len(queries)), labels=queries if j == 0 else [], fontsize=6)
+            if r == 0:
+                ax.set_title(f"head {j + 1}", fontsize=9)
+        axes[r, 0].set_ylabel(f"{kind}\nlayer {i + 1}", fontsize=9)
+    fig.colorbar(image, ax=axes, fraction=0.02, pad=0.01, label="attention weight")
+    if title:
+        fig.suptitle(title)
+    return fig

@@ -1,6 +1,6 @@
 """Notebook 07's model for notebook 08, built from nn.TransformerEncoder / nn.TransformerDecoder, and
 what training and looking inside it need: PyTorch's layer weights under the course's names, the
-embedding initialisation of the recipe, and the cross-attention weights of a decoder layer."""
+embedding initialisation of the recipe, and every attention map of a model, this one or yours."""
 import math
 
 import torch
@@ -92,28 +92,52 @@ class Transformer(nn.Module):
         return self.decode(self.encode(src, src_mask), tgt, src_mask, tgt_mask)
 
 
-def cross_attention(model, src, ys, layer=-1, pad_id=0):
-    """The cross-attention weights of one decoder layer of `model` (a Transformer above) while reading ys.
+def attention_maps(model, src, ys, pad_id=0):
+    """Every attention map of a Transformer (yours, or the one above) while it reads src and writes ys.
 
     src: (B, T_src), ys: (B, T_tgt) with <bos> first
-    returns: (B, h, T_tgt, T_src), row t = where the decoder looked to predict token t + 1
+    returns {"encoder self-attention": [...], "decoder self-attention": [...], "cross-attention": [...]},
+    each a list over layers of weights (B, h, T_q, T_k)
     """
-    captured = {}
-    attn = model.decoder.layers[layer].multihead_attn
+    maps = {"encoder self-attention": [], "decoder self-attention": [], "cross-attention": []}
+    attentions = [(layer.self_attn, "encoder self-attention") for layer in model.encoder.layers]
+    for layer in model.decoder.layers:
+        cross = layer.cross_attn if hasattr(layer, "cross_attn") else layer.multihead_attn  # the course's name, PyTorch's
+        attentions += [(layer.self_attn, "decoder self-attention"), (cross, "cross-attention")]
+    busy = []
 
-    def keep_inputs(module, args, kwargs, output):
-        captured["args"], captured["mask"] = args, kwargs.get("attn_mask")
+    def keep(kind):
+        def hook(module, args, kwargs, output):
+            if busy:
+                return
+            if isinstance(module, nn.MultiheadAttention):  # PyTorch's layers do not ask for the weights: ask again
+                busy.append(module)
+                masks = {k: v for k, v in kwargs.items() if k in ("attn_mask", "key_padding_mask")}
+                output = module(*args[:3], **masks, need_weights=True, average_attn_weights=False)
+                busy.clear()
+            maps[kind].append(output[1].detach())
+        return hook
 
-    handle = attn.register_forward_hook(keep_inputs, with_kwargs=True)
+    handles = [module.register_forward_hook(keep(kind), with_kwargs=True) for module, kind in attentions]
+    was_training = model.training
     try:
-        with torch.no_grad():
+        # with gradients on, nn.TransformerEncoderLayer takes its attention module, not its fused fast path
+        with torch.enable_grad():
             model.eval()
             model(src, ys, (src != pad_id).unsqueeze(1))
-            query, key, value = captured["args"][:3]
-            _, weights = attn(query, key, value, attn_mask=captured["mask"], need_weights=True, average_attn_weights=False)
     finally:
-        handle.remove()
-    return weights
+        for handle in handles:
+            handle.remove()
+        model.train(was_training)
+    return maps
+
+
+def cross_attention(model, src, ys, layer=-1, pad_id=0):
+    """The cross-attention weights of one decoder layer while reading ys: (B, h, T_tgt, T_src).
+
+    Row t = where the decoder looked to predict token t + 1.
+    """
+    return attention_maps(model, src, ys, pad_id)["cross-attention"][layer]
 
 
 def init_embeddings(model):
@@ -125,5 +149,5 @@ def init_embeddings(model):
     positions, and a small model confuses the order of digits (1998 -> 1989).
     """
     for embedding in {model.src_embed, model.tgt_embed}:
-        torch.nn.init.normal_(embedding.weight, std=model.d_model**-0.5)
+        torch.nn.init.normal_(embedding.weight, std=embedding.embedding_dim**-0.5)
     return model

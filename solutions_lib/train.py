@@ -107,11 +107,12 @@ class TorchTransformer(nn.Module):
         return self.decode(self.encode(src, src_mask), tgt, src_mask, tgt_mask)
 
 
-def build_model(cfg, vocab, max_len=64):
-    kind = {"ours": Transformer, "torch": TorchTransformer}[cfg.arch]
+def build_model(cfg, vocab, max_len=64, kind=None):
+    """The model of cfg.arch, or of `kind`: a class with the course's Transformer interface, say a learner's."""
+    kind = kind or {"ours": Transformer, "torch": TorchTransformer}[cfg.arch]
     model = kind(len(vocab), len(vocab), d_model=cfg.d_model, h=cfg.h, d_ff=cfg.d_ff, N=cfg.N,
                  dropout=cfg.dropout, max_len=max_len)
-    return init_embeddings(fuse(model) if cfg.arch == "ours" else model)
+    return init_embeddings(fuse(model) if kind is Transformer else model)
 
 
 def build_optimizer(model, cfg):
@@ -192,8 +193,10 @@ def load_checkpoint(path, model, optimizer=None, scheduler=None, map_location="c
     return state["step"], state["history"]
 
 
-def fit(cfg, checkpoint=None, resume=None, progress=True, log=print, max_seconds=None):
+def fit(cfg, checkpoint=None, resume=None, progress=True, log=print, max_seconds=None, model_class=None):
     """Train with the recipe of notebook 08 until the held-out exact match reaches cfg.target.
+
+    model_class: train this Transformer class (a learner's, say) instead of cfg.arch's
 
     returns a dict: model, vocab, history (lists of step, loss, exact_match, seconds), seconds,
     reached (bool), tokens_per_second
@@ -202,7 +205,7 @@ def fit(cfg, checkpoint=None, resume=None, progress=True, log=print, max_seconds
     dev = process_device(rank)
     torch.manual_seed(cfg.seed)
     vocab, (src, tgt), (test_src, test_tgt) = task_data(cfg)
-    model = build_model(cfg, vocab, max_len=max(src.size(1), tgt.size(1), 64)).to(dev)
+    model = build_model(cfg, vocab, max_len=max(src.size(1), tgt.size(1), 64), kind=model_class).to(dev)
     optimizer, scheduler = build_optimizer(model, cfg)
     step, history = 0, {"step": [], "loss": [], "exact_match": [], "seconds": []}
     if resume:

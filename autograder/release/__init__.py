@@ -79,10 +79,10 @@ def fill_submission(released, solution, overrides=None):
     (grade_id -> source). Cells that are in neither stay as released.
     """
     overrides = overrides or {}
-    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in solution.cells if _is_solution(c)}
+    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in solution.cells if is_solution(c)}
     filled = nbformat.from_dict(released)
     for cell in filled.cells:
-        if _is_solution(cell):
+        if is_solution(cell):
             grade_id = cell.metadata["nbgrader"]["grade_id"]
             if grade_id in overrides:
                 cell.source = overrides[grade_id]
@@ -91,7 +91,7 @@ def fill_submission(released, solution, overrides=None):
     return filled
 
 
-def _is_solution(cell):
+def is_solution(cell):
     return cell.get("metadata", {}).get("nbgrader", {}).get("solution", False)
 
 
