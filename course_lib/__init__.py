@@ -3,6 +3,8 @@ that ships to students as it is (`python -m autograder release --student-dist`):
 
 - data and tasks generated in code: `dates`, `tasks`, `tokens`;
 - `plotting`, and `runtime` (the device, and the small budget training cells use under grading);
+- `yours`: the learner's own classes from their earlier notebooks, once their checks pass;
+- `text`: Tiny Shakespeare (data/, with its provenance), for notebook 10;
 - the earlier notebooks' building blocks for the later ones: `attention` (05), `multihead` (06),
   `positional` (04), `transformer` (07, for 08).
 

@@ -145,6 +145,24 @@ def amp_dtype(dev):
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
+def precision(dev):
+    """(autocast, scaler) on `dev`: `with autocast():` runs the forward pass in amp_dtype(dev); the
+    gradient scaler multiplies the loss only under float16, whose small gradients would round to 0."""
+    low = amp_dtype(dev)
+    scaler = torch.amp.GradScaler(dev.type, enabled=low == torch.float16)
+    return ((lambda: torch.autocast(dev.type, dtype=low)) if low else contextlib.nullcontext), scaler
+
+
+def optimizer_step(loss, model, optimizer, scaler, clip):
+    """Back-propagate `loss`, clip the gradient norm of `model` at `clip`, and update the parameters."""
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    nn.utils.clip_grad_norm_(model.parameters(), clip)
+    scaler.step(optimizer)
+    scaler.update()
+
+
 def distributed():
     """(rank, world size); starts the process group under torchrun."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
@@ -213,9 +231,7 @@ def fit(cfg, checkpoint=None, resume=None, progress=True, log=print, max_seconds
     trained = model
     if world > 1:
         trained = nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
-    low = amp_dtype(dev)
-    scaler = torch.amp.GradScaler(dev.type, enabled=low == torch.float16)
-    autocast = (lambda: torch.autocast(dev.type, dtype=low)) if low else contextlib.nullcontext
+    autocast, scaler = precision(dev)
     sampler = torch.Generator().manual_seed(cfg.seed * 1000 + rank + step)
     per_rank = max(1, cfg.batch_size // world)
     show = progress and rank == 0
@@ -230,12 +246,7 @@ def fit(cfg, checkpoint=None, resume=None, progress=True, log=print, max_seconds
         with autocast():
             logits = trained(s, tgt_in, src_mask, tgt_mask)
         loss = label_smoothed_cross_entropy(logits.float(), t, cfg.smoothing, vocab.pad_id)
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)
-        nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        scaler.step(optimizer)
-        scaler.update()
+        optimizer_step(loss, model, optimizer, scaler, cfg.clip)
         scheduler.step()
         step += 1
         tokens += int((t != vocab.pad_id).sum()) * world

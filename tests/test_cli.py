@@ -9,8 +9,13 @@ from autograder import registry
 from conftest import ASSIGNMENTS, ROOT
 
 
+# `check` on two notebooks, a functions one and a training one: nbgrader grades every solution
+# to full marks and every released notebook to zero in the same run (tests/grading/test_demo.py)
+CHECKED = [n for n in ASSIGNMENTS if n in ("05_self_attention", "08_training_a_transformer")] or ASSIGNMENTS[:1]
+
+
 def exercises():
-    return [ex for name in ASSIGNMENTS for ex in registry.for_notebook(name)]
+    return [ex for name in CHECKED for ex in registry.for_notebook(name)]
 
 
 def cli(*args, cwd=ROOT):
@@ -18,9 +23,9 @@ def cli(*args, cwd=ROOT):
 
 
 @pytest.mark.slow
-def test_check_passes_on_every_solution(tmp_path):
+def test_check_passes_on_the_solutions(tmp_path):
     junit = tmp_path / "report.xml"
-    result = cli("check", *[f"solutions/{n}/{n}.ipynb" for n in ASSIGNMENTS], "--junitxml", str(junit))
+    result = cli("check", *[f"solutions/{n}/{n}.ipynb" for n in CHECKED], "--junitxml", str(junit))
     assert result.returncode == 0, result.stdout + result.stderr
     suite = ET.parse(junit).getroot().find("testsuite")
     assert int(suite.get("tests")) == len(exercises())
@@ -29,7 +34,7 @@ def test_check_passes_on_every_solution(tmp_path):
 
 @pytest.mark.slow
 def test_check_fails_on_the_released_notebooks_listing_every_exercise():
-    result = cli("check", *[f"notebooks/{n}/{n}.ipynb" for n in ASSIGNMENTS])
+    result = cli("check", *[f"notebooks/{n}/{n}.ipynb" for n in CHECKED])
     assert result.returncode != 0
     for ex in exercises():
         assert f"{ex.name} is not implemented yet" in result.stdout

@@ -1,0 +1,237 @@
+"""A GPT of your own (notebook 10): a decoder-only language model on Shakespeare.
+
+This module: the model, sampling and the KV cache; gpt.data: tokens, batches and held-out
+nats per character, and the Markov baselines; gpt.train: the command.
+
+    python -m solutions_lib.gpt train                  # the recipe for the device found (CPU: 72 s, GPU: 45 s)
+    python -m solutions_lib.gpt train --tokenizer char --max-seconds 20
+    python -m solutions_lib.gpt train --resume checkpoints/gpt.pt --max-seconds 30
+    python -m solutions_lib.gpt sample --prompt "ROMEO:" --temperature 0.8 --top-k 40
+    torchrun --standalone --nproc_per_node=2 -m solutions_lib.gpt train --max-steps 50
+
+The model is notebook 07's decoder without cross-attention: token embeddings plus
+learned position embeddings, N pre-norm blocks, a final LayerNorm, and an output
+layer that shares the token embedding's matrix. It reads token ids (B, T) and
+gives, at every position t, the logits of the token at t + 1: next-token
+prediction, as notebook 02's Markov chain, but with a learned context of up to
+block_size tokens.
+
+Held-out loss is measured in nats per character (token cross-entropy x tokens /
+characters), so that models with different tokenizers, and the Markov baselines,
+compare fairly. The tokens come from notebook 09's BPE (solutions_lib.bpe),
+trained on the training part of the text only.
+
+The command trains with a budget of seconds counted from its start: the
+learning rate decays over whichever comes first, max_steps or max_seconds. On a
+GPU the forward pass runs under bf16 autocast and the model is compiled; under
+torchrun every process trains on its share of each batch (gloo on CPUs, NCCL on
+GPUs), and process 0 alone evaluates, prints and saves.
+"""
+import time
+
+# `python -m solutions_lib.gpt` imports this package first: its start, before torch is imported,
+# is the command's start, from which its budget of seconds counts (gpt.train)
+START = time.perf_counter()
+
+import math  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+from solutions_lib.attention import causal_mask, scaled_dot_product_attention  # noqa: E402
+from solutions_lib.multihead import MultiHeadAttention, merge_heads, split_heads  # noqa: E402
+from solutions_lib.transformer import FeedForward, LayerNorm  # noqa: E402
+
+
+# ---------------------------------------------------------------- the model
+
+
+class Block(nn.Module):
+    """One pre-norm decoder block: causal self-attention, then the feed-forward network.
+
+        x = x + dropout(attn(ln1(x)))    each position attends to itself and the positions before it
+        x = x + dropout(ffn(ln2(x)))
+
+    The norm sits inside the branch, so the residual stream x runs from the embedding to
+    the last block untouched by any norm (07's post-norm normalises it after every sublayer).
+    Submodules: ln1, ln2 = LayerNorm(d_model), attn = MultiHeadAttention(d_model, h, dropout),
+    ffn = FeedForward(d_model, d_ff, dropout), dropout = nn.Dropout(dropout) on each branch's output
+    (where nn.TransformerEncoderLayer(norm_first=True) has its dropout1 and dropout2).
+    x: (B, T, d_model) -> (B, T, d_model)
+    cache, i: a KVCache and this block's index in it; x then holds only the positions after the cached ones.
+    """
+
+    def __init__(self, d_model, h, d_ff, dropout=0.0):
+        super().__init__()
+        self.ln1 = LayerNorm(d_model)
+        self.attn = MultiHeadAttention(d_model, h, dropout)
+        self.ln2 = LayerNorm(d_model)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, cache=None, i=0):
+        x = x + self.dropout(self.attend(self.ln1(x), cache, i))
+        return x + self.dropout(self.ffn(self.ln2(x)))
+
+    def attend(self, x, cache=None, i=0):
+        """Causal self-attention: x (B, T, d_model) -> (B, T, d_model).
+
+        With a cache, the keys and values of the T new positions join those of layer i's
+        cached positions, and new position t attends to every cached position and to the
+        new ones up to itself: the last T rows of the causal mask over all T_k positions.
+        """
+        if cache is None:
+            return self.attn(x, x, x, causal_mask(x.size(1), device=x.device))[0]
+        a = self.attn
+        q, k, v = (split_heads(W(x), a.h) for W in (a.W_q, a.W_k, a.W_v))  # (B, h, T, d_k) each
+        k, v = cache.extend(i, k, v)  # (B, h, T_k, d_k), T_k = cached + T
+        T, T_k = x.size(1), k.size(2)
+        out, _ = scaled_dot_product_attention(q, k, v, causal_mask(T_k, device=x.device)[T_k - T :])
+        return a.W_o(merge_heads(out))
+
+
+class GPT(nn.Module):
+    """A decoder-only Transformer language model.
+
+    Submodules: tok_embed = nn.Embedding(V, d_model), pos_embed = nn.Embedding(block_size, d_model)
+    (learned positions), dropout, blocks = nn.ModuleList of N Block(d_model, h, d_ff, dropout),
+    ln_f = LayerNorm(d_model), head = nn.Linear(d_model, V, bias=False) whose weight IS
+    tok_embed.weight (weight tying: a token's vector reads it in and scores it out).
+    Initialised by init_weights.
+    idx: (B, T) token ids, T <= block_size; targets: (B, T), targets[:, t] = the token after idx[:, t]
+    returns (logits (B, T, V), loss): loss is the mean cross-entropy over the B * T positions,
+    None without targets. With a KVCache, idx holds only the tokens after the cached ones.
+    """
+
+    def __init__(self, V, *, d_model, h, d_ff, N, block_size, dropout=0.0):
+        super().__init__()
+        self.block_size = block_size
+        self.tok_embed = nn.Embedding(V, d_model)
+        self.pos_embed = nn.Embedding(block_size, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(d_model, h, d_ff, dropout) for _ in range(N))
+        self.ln_f = LayerNorm(d_model)
+        self.head = nn.Linear(d_model, V, bias=False)
+        self.head.weight = self.tok_embed.weight
+        init_weights(self, N)
+
+    def embed(self, idx, start=0):
+        """(B, T) ids of the positions start .. start + T - 1 -> (B, T, d_model)."""
+        T = idx.size(1)
+        if start + T > self.block_size:
+            raise ValueError(f"{start + T} positions, but the model has block_size = {self.block_size}: crop the input")
+        positions = torch.arange(start, start + T, device=idx.device)
+        return self.dropout(self.tok_embed(idx) + self.pos_embed(positions))
+
+    def forward(self, idx, targets=None, cache=None):
+        x = self.embed(idx, 0 if cache is None else cache.length)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache, i)
+        logits = self.head(self.ln_f(x))
+        return logits, None if targets is None else lm_loss(logits, targets)
+
+
+def lm_loss(logits, targets):
+    """Mean cross-entropy of logits (B, T, V) against targets (B, T): a scalar, in nats per token."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+
+def init_weights(model, N, residual=("attn.W_o", "ffn.W_2")):
+    """GPT-2's initialisation, in place: every weight matrix and embedding ~ N(0, 0.02^2), biases 0,
+    LayerNorm as built (gamma 1, beta 0). The projections that write into the residual stream
+    (parameters of a module whose name ends with one of `residual`) get std 0.02 / sqrt(2N): the
+    stream adds 2N of them, so its variance stays that of one. Returns model."""
+    for name, p in model.named_parameters():
+        module = name.rpartition(".")[0]
+        if p.dim() >= 2:
+            nn.init.normal_(p, std=0.02 / math.sqrt(2 * N) if module.endswith(residual) else 0.02)
+        elif name.endswith("bias"):
+            nn.init.zeros_(p)
+    return model
+
+
+# ---------------------------------------------------------------- sampling
+
+
+def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    """Draw the next token of each row from softmax(logits / temperature).
+
+    logits: (B, V) -> ids: (B,) int64
+    temperature: 0 means argmax (no drawing); below 1 sharpens, above 1 flattens.
+    top_k: keep the k largest logits only. top_p (nucleus): keep the smallest set of the most
+    probable tokens whose probability reaches top_p (after temperature and top_k).
+    """
+    check_sampling(temperature, top_k, top_p)
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / temperature
+    if top_k is not None:
+        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)
+        enough = probs.cumsum(dim=-1) - probs >= top_p  # the more probable tokens reach top_p without it
+        drop = torch.zeros_like(enough).scatter(-1, order, enough)  # back from sorted to vocabulary order
+        logits = logits.masked_fill(drop, float("-inf"))
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
+
+
+def check_sampling(temperature=1.0, top_k=None, top_p=None):
+    """Raise ValueError for settings sample_next cannot use."""
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, not {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be at least 1, not {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must lie in (0, 1], not {top_p}")
+
+
+class KVCache:
+    """The keys and values every layer has computed, so that a step feeds the new tokens only.
+
+    keys[i], values[i]: (B, h, T_cached, d_k) of layer i, or None before the first step.
+    Learned positions are absolute: once the sequence outgrows block_size, dropping its first
+    token shifts every position and every cached key, so generate stops using the cache then.
+    """
+
+    def __init__(self, N):
+        self.keys, self.values = [None] * N, [None] * N
+
+    @property
+    def length(self):
+        """T_cached: how many positions are cached, the position of the next token."""
+        return 0 if self.keys[0] is None else self.keys[0].size(2)
+
+    def extend(self, i, k, v):
+        """Append layer i's new keys and values, (B, h, T_new, d_k) each; returns all of the layer's:
+        (B, h, T_cached + T_new, d_k) each."""
+        if self.keys[i] is not None:
+            k, v = torch.cat([self.keys[i], k], dim=2), torch.cat([self.values[i], v], dim=2)
+        self.keys[i], self.values[i] = k, v
+        return k, v
+
+
+@torch.no_grad()
+def generate(model, idx, max_new_tokens, use_cache=True, **sampling):
+    """Extend each row of idx by max_new_tokens tokens, one at a time, drawn by sample_next(**sampling).
+
+    idx: (B, T) prompt ids, T >= 1 -> (B, T + max_new_tokens)
+    use_cache: the first step runs the prompt and fills a KVCache; each later step feeds the last
+    token alone. Beyond block_size tokens the model sees the last block_size only, and each step
+    recomputes that window (without a cache: its positions have all shifted). use_cache=False
+    recomputes the window at every step; with temperature=0 both give the same tokens.
+    Runs in eval mode, and leaves the model in the mode it found.
+    """
+    was_training = model.training
+    model.eval()
+    cache = KVCache(len(model.blocks)) if use_cache else None
+    for _ in range(max_new_tokens):
+        if cache is not None and idx.size(1) <= model.block_size:
+            logits, _ = model(idx[:, cache.length :], cache=cache)
+        else:
+            logits, _ = model(idx[:, -model.block_size :])
+        next_id = sample_next(logits[:, -1], **sampling)
+        idx = torch.cat([idx, next_id[:, None]], dim=1)
+    model.train(was_training)
+    return idx

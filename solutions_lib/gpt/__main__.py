@@ -1,0 +1,3 @@
+from solutions_lib.gpt.train import main
+
+main()
