@@ -3,9 +3,8 @@
 A catalog says what a learner typically gets wrong as an edit of the lesson's
 code, not as a second copy of it (autograder/assignments/*.toml):
 
-    [attention_scores.unscaled]
-    says = "you forgot to divide by sqrt(d_k); ..."
-    swap = [" / math.sqrt(d_k)", ""]
+    [attention_scores]
+    unscaled = { says = "you forgot to divide by sqrt(d_k); ...", swap = [" / math.sqrt(d_k)", ""] }
 
 `mutant` applies the edit to the reference's source and compiles the result in
 the reference module's namespace, so the mistake calls the same helpers the
