@@ -44,13 +44,13 @@ if not CHROMIUM and not REQUIRED:
 if NOTEBOOK not in ASSIGNMENTS and not REQUIRED:
     pytest.skip(f"COURSE_ASSIGNMENTS leaves out {NOTEBOOK}", allow_module_level=True)
 
-# The visible notebook's cells, as the page shows them.
-CELLS_JS = """() => Array.from(document.querySelectorAll(
-    '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')).map(c => ({
-  code: c.classList.contains('jp-CodeCell'),
-  prompt: ((c.querySelector('.jp-InputArea-prompt') || {}).textContent || '').trim(),
-  source: (c.querySelector('.cm-content') || {}).textContent || '',
-  output: Array.from(c.querySelectorAll('.jp-OutputArea-output')).map(o => o.textContent).join('\\n'),
+# Each cell as the page shows it: its prompt and outputs from its node; its source from its model,
+# since JupyterLab may not have built the editor of a cell far below the fold yet.
+CELLS_JS = """() => window.jupyterapp.shell.currentWidget.content.widgets.map(w => ({
+  code: w.model.type === 'code',
+  prompt: ((w.node.querySelector('.jp-InputArea-prompt') || {}).textContent || '').trim(),
+  source: w.model.sharedModel.getSource(),
+  output: Array.from(w.node.querySelectorAll('.jp-OutputArea-output')).map(o => o.textContent).join('\\n'),
 }))"""
 
 # Run > Run All Cells. JupyterLab stops at a cell that raises (a failing check
