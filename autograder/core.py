@@ -78,7 +78,10 @@ class Exercise:
     cases: Callable[[], list]
     mistakes: Sequence[Mistake] = ()
     parts: dict | None = None  # part name -> weight; None means one part
-    kind: str = "function"  # or "module"
+    # "function"; "module": an nn.Module class, built with the reference's weights, then called;
+    # "class": any class, built, then handed to the case's first argument, which uses it and
+    # returns what it saw (autograder.fixtures.CacheSteps)
+    kind: str = "function"
     depends_on: tuple = ()
     returns: tuple = ()  # names of the returned values, for messages
     train_mode: bool = False  # modules are checked in eval mode (no dropout) unless set
@@ -240,7 +243,10 @@ def run_call(kind, train_mode, impl, call, grad, weights=None, timeout=DEFAULT_T
                     inputs.update({name: p for name, p in fn.named_parameters()})
             else:
                 fn = impl
-            result = fn(*call.args, **call.kwargs)
+            if kind == "class":
+                result = call.args[0](impl(*call.init, **call.init_kwargs), *call.args[1:], **call.kwargs)
+            else:
+                result = fn(*call.args, **call.kwargs)
     except CheckTimeout as e:
         return Outcome(error=e)
     except Exception as e:  # the learner's code may raise anything
@@ -510,7 +516,7 @@ def compare_outcomes(got, want, returns=()):
         if isinstance(pair, str):
             return pair
         name, g, w = pair
-        if g is None:
+        if g is None and name.startswith("the gradient for "):
             return f"no gradient reaches {name.removeprefix('the gradient for ')}"
         problem = compare_value(name, g, w)
         if problem:
@@ -550,6 +556,8 @@ def _entry(x):
 
 def _parameter_names(impl, kind):
     """The names of the arguments `impl` (or its forward) takes, as far as they can be read."""
+    if kind == "class":
+        return ["what the check does"]
     try:
         target = impl.forward if kind == "module" else impl
         return [p for p in inspect.signature(target).parameters if p != "self"]

@@ -24,3 +24,21 @@ class Draw:
 def dims(**sizes):
     """A readable case label: dims(B=2, T=5) -> 'B=2, T=5'."""
     return ", ".join(f"{k}={v}" for k, v in sizes.items())
+
+
+def with_random_norms(cls):
+    """A reference factory whose LayerNorms (the modules with parameters gamma and beta) get random
+    gamma and beta, so that a norm misplaced or left out shows in the outputs."""
+
+    def build(*init, **sizes):
+        module = cls(*init, **sizes)
+        with torch.no_grad():
+            for m in module.modules():
+                if isinstance(getattr(m, "gamma", None), torch.nn.Parameter) and isinstance(getattr(m, "beta", None), torch.nn.Parameter):
+                    m.gamma.normal_(1.0, 0.5)
+                    m.beta.normal_(0.0, 0.5)
+        return module
+
+    build.__name__ = build.__qualname__ = cls.__name__
+    build.__wrapped__ = cls  # a catalog's edit applies to the class itself
+    return build

@@ -8,30 +8,13 @@ import torch
 import solutions_lib as sl
 from solutions_lib import transformer as tf
 from autograder.core import Call, Case, Exercise
-from autograder.inputs import Draw, dims
+from autograder.inputs import Draw, dims, with_random_norms
 
 NOTEBOOK = "07_transformer_architecture"
 
 
 def _dtype_label(dtype):
     return "" if dtype == torch.float32 else f", {str(dtype).replace('torch.', '')}"
-
-
-def _with_random_norms(cls):
-    """A reference factory whose LayerNorms get random gamma and beta, so that mistakes in them show."""
-
-    def build(*init, **sizes):
-        module = cls(*init, **sizes)
-        with torch.no_grad():
-            for m in module.modules():
-                if isinstance(m, tf.LayerNorm):
-                    m.gamma.normal_(1.0, 0.5)
-                    m.beta.normal_(0.0, 0.5)
-        return module
-
-    build.__name__ = build.__qualname__ = cls.__name__
-    build.__wrapped__ = cls  # a catalog's edit applies to the class itself
-    return build
 
 
 # ---------------------------------------------------------------- LayerNorm
@@ -191,19 +174,19 @@ def transformer_cases():
 
 def _layer_or_stack(name, points, cases, depends_on):
     """The exercise of a layer or a stack of them: checked without and with a source padding mask."""
-    return Exercise(name, _with_random_norms(getattr(tf, name)), points=points, cases=cases, kind="module",
+    return Exercise(name, with_random_norms(getattr(tf, name)), points=points, cases=cases, kind="module",
                     parts={"no mask": 2, "padding mask": 1}, depends_on=depends_on)
 
 
 EXERCISES = [
-    Exercise("LayerNorm", _with_random_norms(tf.LayerNorm), points=2, cases=ln_cases, kind="module"),
+    Exercise("LayerNorm", with_random_norms(tf.LayerNorm), points=2, cases=ln_cases, kind="module"),
     Exercise("FeedForward", tf.FeedForward, points=1, cases=ff_cases, kind="module"),
     _layer_or_stack("EncoderLayer", 3, encoder_layer_cases, depends_on=("LayerNorm", "FeedForward")),
     _layer_or_stack("Encoder", 2, encoder_cases, depends_on=("EncoderLayer",)),
     _layer_or_stack("DecoderLayer", 3, decoder_layer_cases, depends_on=("LayerNorm", "FeedForward")),
     _layer_or_stack("Decoder", 2, decoder_cases, depends_on=("DecoderLayer",)),
     Exercise(
-        "Transformer", _with_random_norms(tf.Transformer), points=4, cases=transformer_cases, kind="module",
+        "Transformer", with_random_norms(tf.Transformer), points=4, cases=transformer_cases, kind="module",
         parts={"no mask": 2, "padding masks": 1, "tied weights": 1}, depends_on=("Encoder", "Decoder"),
     ),
 ]

@@ -29,7 +29,7 @@ from autograder.course import CourseError, assignments, find_root, tool_env
 from autograder.release import is_solution, colab, release
 from autograder.release.student_dist import student_notebook
 
-TITLE = "Sequence models in PyTorch: from recurrence to a trained Transformer"
+TITLE = "Sequence models in PyTorch: from recurrence to a GPT of your own"
 DESCRIPTION = (
     "An open, autograded Jupyter course: one function at a time, from recurrent networks to attention "
     "and a Transformer you train yourself.\n"

@@ -23,7 +23,7 @@ trained on the training part of the text only.
 
 The command trains with a budget of seconds counted from its start: the
 learning rate decays over whichever comes first, max_steps or max_seconds. On a
-GPU the forward pass runs under bf16 autocast and the model is compiled; under
+GPU the forward pass runs under bf16 autocast (--compile adds torch.compile); under
 torchrun every process trains on its share of each batch (gloo on CPUs, NCCL on
 GPUs), and process 0 alone evaluates, prints and saves.
 """
@@ -39,8 +39,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from solutions_lib.attention import causal_mask, scaled_dot_product_attention  # noqa: E402
-from solutions_lib.multihead import MultiHeadAttention, merge_heads, split_heads  # noqa: E402
+from solutions_lib.attention import causal_mask  # noqa: E402
+from solutions_lib.multihead import MultiHeadAttention  # noqa: E402
 from solutions_lib.transformer import FeedForward, LayerNorm  # noqa: E402
 
 
@@ -50,14 +50,13 @@ from solutions_lib.transformer import FeedForward, LayerNorm  # noqa: E402
 class Block(nn.Module):
     """One pre-norm decoder block: causal self-attention, then the feed-forward network.
 
-        x = x + dropout(attn(ln1(x)))    each position attends to itself and the positions before it
+        x = x + dropout(attend(ln1(x)))    each position attends to itself and the positions before it
         x = x + dropout(ffn(ln2(x)))
 
-    The norm sits inside the branch, so the residual stream x runs from the embedding to
-    the last block untouched by any norm (07's post-norm normalises it after every sublayer).
-    Submodules: ln1, ln2 = LayerNorm(d_model), attn = MultiHeadAttention(d_model, h, dropout),
-    ffn = FeedForward(d_model, d_ff, dropout), dropout = nn.Dropout(dropout) on each branch's output
-    (where nn.TransformerEncoderLayer(norm_first=True) has its dropout1 and dropout2).
+    Each norm sits inside its branch, so the residual stream x runs from the embedding to the last
+    block without passing through any norm (07's post-norm normalises it after every sublayer).
+    Submodules: ln1, ln2 = LayerNorm(d_model); attn = MultiHeadAttention(d_model, h, dropout);
+    ffn = FeedForward(d_model, d_ff, dropout); dropout = nn.Dropout(dropout), on each branch's output.
     x: (B, T, d_model) -> (B, T, d_model)
     cache, i: a KVCache and this block's index in it; x then holds only the positions after the cached ones.
     """
@@ -75,33 +74,33 @@ class Block(nn.Module):
         return x + self.dropout(self.ffn(self.ln2(x)))
 
     def attend(self, x, cache=None, i=0):
-        """Causal self-attention: x (B, T, d_model) -> (B, T, d_model).
+        """Causal self-attention: x (B, T, d_model) -> (B, T, d_model); position t attends to positions 0..t.
 
-        With a cache, the keys and values of the T new positions join those of layer i's
-        cached positions, and new position t attends to every cached position and to the
-        new ones up to itself: the last T rows of the causal mask over all T_k positions.
+        With a cache, x holds the T newest positions: their keys and values join layer i's cached
+        ones, and new position t attends to every cached position and to the new ones up to itself,
+        which are the last T rows of the causal mask over all T_k positions.
         """
         if cache is None:
             return self.attn(x, x, x, causal_mask(x.size(1), device=x.device))[0]
-        a = self.attn
-        q, k, v = (split_heads(W(x), a.h) for W in (a.W_q, a.W_k, a.W_v))  # (B, h, T, d_k) each
+        a, (B, T, d_model) = self.attn, x.shape
+        q, k, v = (W(x).view(B, T, a.h, -1).transpose(1, 2) for W in (a.W_q, a.W_k, a.W_v))  # (B, h, T, d_k) each
         k, v = cache.extend(i, k, v)  # (B, h, T_k, d_k), T_k = cached + T
-        T, T_k = x.size(1), k.size(2)
-        out, _ = scaled_dot_product_attention(q, k, v, causal_mask(T_k, device=x.device)[T_k - T :])
-        return a.W_o(merge_heads(out))
+        T_k = k.size(2)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T_k, device=x.device)[T_k - T :])
+        return a.W_o(out.transpose(1, 2).reshape(B, T, d_model))
 
 
 class GPT(nn.Module):
-    """A decoder-only Transformer language model.
+    """A decoder-only Transformer language model: notebook 07's decoder without cross-attention.
 
-    Submodules: tok_embed = nn.Embedding(V, d_model), pos_embed = nn.Embedding(block_size, d_model)
-    (learned positions), dropout, blocks = nn.ModuleList of N Block(d_model, h, d_ff, dropout),
-    ln_f = LayerNorm(d_model), head = nn.Linear(d_model, V, bias=False) whose weight IS
-    tok_embed.weight (weight tying: a token's vector reads it in and scores it out).
-    Initialised by init_weights.
+    Submodules: tok_embed = nn.Embedding(V, d_model); pos_embed = nn.Embedding(block_size, d_model),
+    the learned positions; dropout = nn.Dropout(dropout), on the sum of the two embeddings;
+    blocks = nn.ModuleList of N Block(d_model, h, d_ff, dropout); ln_f = LayerNorm(d_model);
+    head = nn.Linear(d_model, V, bias=False), whose weight IS tok_embed.weight (weight tying).
     idx: (B, T) token ids, T <= block_size; targets: (B, T), targets[:, t] = the token after idx[:, t]
-    returns (logits (B, T, V), loss): loss is the mean cross-entropy over the B * T positions,
-    None without targets. With a KVCache, idx holds only the tokens after the cached ones.
+    returns (logits (B, T, V), loss): the logits of the next token at every position, and
+    loss = lm_loss(logits, targets), or None without targets.
+    With a KVCache, idx holds only the tokens after the cached ones: their positions start at cache.length.
     """
 
     def __init__(self, V, *, d_model, h, d_ff, N, block_size, dropout=0.0):
@@ -117,7 +116,7 @@ class GPT(nn.Module):
         init_weights(self, N)
 
     def embed(self, idx, start=0):
-        """(B, T) ids of the positions start .. start + T - 1 -> (B, T, d_model)."""
+        """Token plus position embeddings: (B, T) ids of the positions start .. start + T - 1 -> (B, T, d_model)."""
         T = idx.size(1)
         if start + T > self.block_size:
             raise ValueError(f"{start + T} positions, but the model has block_size = {self.block_size}: crop the input")
@@ -155,24 +154,27 @@ def init_weights(model, N, residual=("attn.W_o", "ffn.W_2")):
 
 
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
-    """Draw the next token of each row from softmax(logits / temperature).
+    """Draw the next token of each row from softmax(logits / temperature), keeping only the top_k
+    largest logits and the top_p nucleus when they are given.
 
     logits: (B, V) -> ids: (B,) int64
-    temperature: 0 means argmax (no drawing); below 1 sharpens, above 1 flattens.
-    top_k: keep the k largest logits only. top_p (nucleus): keep the smallest set of the most
-    probable tokens whose probability reaches top_p (after temperature and top_k).
+    temperature: 0 means argmax (no drawing); below 1 sharpens the distribution, above 1 flattens it.
+    top_k: keep the k largest logits (all of them when k >= V); the others get probability 0.
+    top_p: keep the smallest set of the most probable tokens whose probability reaches top_p,
+    computed after temperature and top_k; the others get probability 0.
+    The draw: torch.multinomial(probabilities, 1, generator=generator), one token per row.
     """
     check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(dim=-1)
     logits = logits.float() / temperature
     if top_k is not None:
-        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
+        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (B, 1): the k-th largest
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None:
         probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)
-        enough = probs.cumsum(dim=-1) - probs >= top_p  # the more probable tokens reach top_p without it
-        drop = torch.zeros_like(enough).scatter(-1, order, enough)  # back from sorted to vocabulary order
+        enough = probs.cumsum(dim=-1) - probs >= top_p  # the more probable tokens reach top_p without this one
+        drop = torch.zeros_like(enough).scatter(-1, order, enough)  # back from sorted order to vocabulary order
         logits = logits.masked_fill(drop, float("-inf"))
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
 
@@ -188,11 +190,11 @@ def check_sampling(temperature=1.0, top_k=None, top_p=None):
 
 
 class KVCache:
-    """The keys and values every layer has computed, so that a step feeds the new tokens only.
+    """The keys and values every layer has computed so far, so that a step feeds the new tokens only.
 
-    keys[i], values[i]: (B, h, T_cached, d_k) of layer i, or None before the first step.
+    keys[i], values[i]: (B, h, T_cached, d_k), layer i's, or None before the first step.
     Learned positions are absolute: once the sequence outgrows block_size, dropping its first
-    token shifts every position and every cached key, so generate stops using the cache then.
+    token shifts every position and so every cached key, and generate stops using the cache.
     """
 
     def __init__(self, N):
@@ -200,38 +202,40 @@ class KVCache:
 
     @property
     def length(self):
-        """T_cached: how many positions are cached, the position of the next token."""
+        """T_cached: how many positions are cached, which is also the position of the next token."""
         return 0 if self.keys[0] is None else self.keys[0].size(2)
 
     def extend(self, i, k, v):
-        """Append layer i's new keys and values, (B, h, T_new, d_k) each; returns all of the layer's:
-        (B, h, T_cached + T_new, d_k) each."""
+        """Append layer i's new keys and values, (B, h, T_new, d_k) each, after its cached ones;
+        returns all of the layer's keys and values: (B, h, T_cached + T_new, d_k) each."""
         if self.keys[i] is not None:
             k, v = torch.cat([self.keys[i], k], dim=2), torch.cat([self.values[i], v], dim=2)
         self.keys[i], self.values[i] = k, v
         return k, v
 
 
-@torch.no_grad()
 def generate(model, idx, max_new_tokens, use_cache=True, **sampling):
-    """Extend each row of idx by max_new_tokens tokens, one at a time, drawn by sample_next(**sampling).
+    """Extend each row of idx by max_new_tokens tokens, one at a time, each drawn by
+    sample_next(logits of the last position, **sampling).
 
     idx: (B, T) prompt ids, T >= 1 -> (B, T + max_new_tokens)
-    use_cache: the first step runs the prompt and fills a KVCache; each later step feeds the last
-    token alone. Beyond block_size tokens the model sees the last block_size only, and each step
-    recomputes that window (without a cache: its positions have all shifted). use_cache=False
-    recomputes the window at every step; with temperature=0 both give the same tokens.
-    Runs in eval mode, and leaves the model in the mode it found.
+    use_cache: the first step runs the prompt through model(idx, cache=KVCache(len(model.blocks)))
+    and each later step feeds the newest token alone, model(idx[:, cache.length :], cache=cache).
+    Beyond block_size tokens the model reads the last block_size only, recomputed at every step
+    without a cache (the positions of all of them have shifted); use_cache=False recomputes the
+    window at every step. With temperature 0 both give the same tokens.
+    Runs in eval mode without gradients, and leaves the model in the mode it found.
     """
     was_training = model.training
     model.eval()
     cache = KVCache(len(model.blocks)) if use_cache else None
-    for _ in range(max_new_tokens):
-        if cache is not None and idx.size(1) <= model.block_size:
-            logits, _ = model(idx[:, cache.length :], cache=cache)
-        else:
-            logits, _ = model(idx[:, -model.block_size :])
-        next_id = sample_next(logits[:, -1], **sampling)
-        idx = torch.cat([idx, next_id[:, None]], dim=1)
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            if cache is not None and idx.size(1) <= model.block_size:
+                logits, _ = model(idx[:, cache.length :], cache=cache)
+            else:
+                logits, _ = model(idx[:, -model.block_size :])
+            next_id = sample_next(logits[:, -1], **sampling)
+            idx = torch.cat([idx, next_id[:, None]], dim=1)
     model.train(was_training)
     return idx

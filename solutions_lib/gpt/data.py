@@ -3,6 +3,7 @@ training part only), random windows, and the held-out loss in nats per character
 for the Markov baselines of notebook 02."""
 import hashlib
 import json
+import math
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from course_lib.gpt import learn_merges  # notebook 09's merges, learned in seconds
 from solutions_lib import bpe
 from solutions_lib.gpt import lm_loss
 
@@ -17,27 +19,27 @@ from solutions_lib.gpt import lm_loss
 # ---------------------------------------------------------------- data
 
 
-def get_batch(data, block_size, B, generator=None, device=None):
-    """B random windows of block_size tokens, and the token after each position.
+def get_batch(data, block_size, B, generator=None):
+    """B random windows of block_size tokens, and the token that follows each of their positions.
 
-    data: (n,) LongTensor of token ids, n > block_size, on any device; generator: a CPU torch.Generator
-    returns x, y: (B, block_size) each, on `device` (default: data's); y[:, t] = x[:, t + 1] within a window, and
-    y[:, -1] the token after the window: every window lies inside data.
+    data: (n,) int64 token ids, n > block_size, on any device; generator: a CPU torch.Generator
+    returns x, y: (B, block_size) each, on data's device. Window b starts at s_b, drawn for all b at
+    once by torch.randint(n - block_size, (B,), generator=generator): x[b] = data[s_b : s_b + block_size]
+    and y[b] = data[s_b + 1 : s_b + block_size + 1], so y[:, t] is the token after x[:, t], and every
+    window lies inside data, its last target included.
     """
     if len(data) <= block_size:
         raise ValueError(f"{len(data)} tokens are too few for windows of block_size + 1 = {block_size + 1}")
     starts = torch.randint(len(data) - block_size, (B,), generator=generator).to(data.device)
     index = starts[:, None] + torch.arange(block_size, device=data.device)  # (B, block_size)
-    x, y = data[index], data[index + 1]
-    if device is not None:
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-    return x, y
+    return data[index], data[index + 1]
 
 
 def nats_per_char(loss_per_token, n_tokens, n_chars):
-    """A mean cross-entropy per token (nats) as nats per character: the total, loss x tokens, over characters.
+    """A mean cross-entropy per token, in nats, as nats per character: the total, loss x tokens, over the characters.
 
     Perplexity per character is exp of it; bits per character, it divided by ln 2.
+    returns: float (a tensor when loss_per_token is one)
     """
     return loss_per_token * n_tokens / n_chars
 
@@ -72,77 +74,30 @@ def markov_nats_per_char(train_ids, test_ids, order, V, n_chars, k=0.1):
     """Held-out nats per character of an n-gram model with add-k smoothing, on the same tokens.
 
     order: how many tokens of context: 0 unigram, 1 bigram, 2 trigram.
-    P(c | context) = (count(context, c) + k) / (count(context) + k V), counted on train_ids
-    (a context never seen gets the uniform 1/V). Every token of test_ids after the first
-    `order` is predicted from the `order` tokens before it.
-    train_ids, test_ids: (n,) LongTensors; n_chars: the characters test_ids encodes
-    returns: float, nats_per_char(mean cross-entropy, predicted tokens, n_chars)
+    P(c | context) = (count(context, c) + k) / (count(context) + k V), counted on train_ids:
+    count(context, c) counts the windows of order + 1 tokens equal to (context, c), and count(context)
+    the windows that start with context (a context never seen gets the uniform 1/V).
+    Every token of test_ids after the first `order` is predicted from the `order` tokens before it.
+    train_ids, test_ids: (n,) int64 tensors; V: the vocabulary size; n_chars: the characters test_ids encodes
+    returns: float, nats_per_char(mean of -ln P over the predicted tokens, how many they are, n_chars)
     """
-    if V ** (order + 1) >= 2**63:
-        raise ValueError(f"V^(order + 1) = {V}^{order + 1} does not fit in int64")
     if min(len(train_ids), len(test_ids)) <= order:
         raise ValueError(f"an order-{order} model needs more than {order} tokens of training and of test data")
-    train_context, train_joint = _ngram_codes(train_ids, order, V)
-    test_context, test_joint = _ngram_codes(test_ids, order, V)
-    joint = _count_in(test_joint, train_joint).double()
-    context = _count_in(test_context, train_context).double()
-    p = (joint + k) / (context + k * V)
-    loss = -p.log().mean().item()
-    return nats_per_char(loss, len(test_joint), n_chars)
 
+    def windows(ids):  # every window of order + 1 consecutive tokens, as a tuple
+        ids = ids.tolist()
+        return list(zip(*(ids[j : len(ids) - order + j] for j in range(order + 1))))
 
-def _ngram_codes(ids, order, V):
-    """Each context of `order` tokens, and each (context, next token), as one int64: base-V digits."""
-    n = len(ids) - order
-    context = torch.zeros(n, dtype=torch.long, device=ids.device)
-    for j in range(order):
-        context = context * V + ids[j : j + n]
-    return context, context * V + ids[order:]
-
-
-def _count_in(queries, sample):
-    """How often each of queries (m,) occurs in sample (n,): (m,) int64."""
-    values, counts = torch.unique(sample, return_counts=True)
-    i = torch.searchsorted(values, queries).clamp_max(len(values) - 1)
-    return torch.where(values[i] == queries, counts[i], 0)
+    joint = Counter(windows(train_ids))
+    context = Counter()
+    for w, n in joint.items():
+        context[w[:-1]] += n
+    test = windows(test_ids)
+    loss = -sum(math.log((joint[w] + k) / (context[w[:-1]] + k * V)) for w in test) / len(test)
+    return nats_per_char(loss, len(test), n_chars)
 
 
 # ---------------------------------------------------------------- tokens
-
-
-def learn_merges(text, vocab_size):
-    """The merges of bpe.train_bpe(text, vocab_size), learned in seconds rather than minutes.
-
-    The same rule (the most frequent pair inside words, ties to the smallest pair), but each
-    distinct word is stored once with its number of occurrences, and after a merge only the
-    words that held the pair are recounted. bpe.train_bpe recounts every word at every merge:
-    on Tiny Shakespeare's training part it takes 70 s for 128 merges (over two minutes for
-    vocab_size 512), this 1 s (2 s for vocab_size 512).
-    returns merges: list of pairs (a, b); merges[k] creates the token 256 + k
-    """
-    occurrences = Counter(bpe.split_words(text))
-    words = [list(word.encode("utf-8")) for word in occurrences]
-    freq = list(occurrences.values())
-    pairs = Counter()
-    for ids, n in zip(words, freq):
-        for pair in zip(ids, ids[1:]):
-            pairs[pair] += n
-    merges = []
-    while bpe.N_BYTES + len(merges) < vocab_size and pairs:
-        pair = min(pairs, key=lambda p: (-pairs[p], p))
-        new_id = bpe.N_BYTES + len(merges)
-        for w, ids in enumerate(words):
-            if pair[0] not in ids or pair[1] not in ids:
-                continue
-            merged = bpe.merge_pair(ids, pair, new_id)
-            for p in zip(ids, ids[1:]):
-                pairs[p] -= freq[w]
-            for p in zip(merged, merged[1:]):
-                pairs[p] += freq[w]
-            words[w] = merged
-        pairs = +pairs  # drop the pairs whose count fell to 0
-        merges.append(pair)
-    return merges
 
 
 def cache_dir():

@@ -279,6 +279,42 @@ def test_tokenize_trains_on_the_training_part_and_caches_the_merges(text, tmp_pa
         chars.encode("Zürich")
 
 
+def test_course_lib_stand_ins_agree_with_the_reference(text):
+    # notebook 10 runs on these where the learner's own 07 and 09 functions are not at hand
+    import course_lib.gpt as standin
+    from solutions_lib.transformer import FeedForward, LayerNorm
+
+    sample = text[0][:6000]
+    assert standin.train_bpe(sample, 256 + 40) == bpe.train_bpe(sample, 256 + 40) == standin.learn_merges(sample, 256 + 40)
+    merges = standin.learn_merges(text[0], 256 + 60)
+    odd = text[1] + " naïve 🙂 日本語\t\n"
+    assert standin.encode(odd, merges) == bpe.encode(odd, merges)
+    ids = torch.randint(0, 256 + 60, (300,), generator=torch.Generator().manual_seed(20)).tolist()
+    assert standin.decode(ids, merges) == bpe.decode(ids, merges)
+    for theirs, ours, x in [(standin.LayerNorm(8), LayerNorm(8), draw(2, 5, 8, seed=21)),
+                            (standin.FeedForward(8, 16), FeedForward(8, 16), draw(2, 5, 8, seed=22))]:
+        ours, theirs = ours.double().eval(), theirs.double().eval()
+        for p in ours.parameters():
+            nn.init.normal_(p)
+        theirs.load_state_dict(ours.state_dict())
+        torch.testing.assert_close(theirs(x), ours(x))
+
+
+def test_the_check_fixtures_use_a_cache_as_gpt_does():
+    from course_lib.gpt import PrefilledCache, TinyGPT
+
+    model = TinyGPT(13, seed=23)
+    prompt = ids(2, 4, V=13, seed=24)
+    cached, full = generate(model, prompt, 20, temperature=0), generate(model, prompt, 20, use_cache=False, temperature=0)
+    assert torch.equal(cached, full) and len(set(cached[0, 4:].tolist())) > 2  # past block_size 12, and not one token over and over
+    with pytest.raises(ValueError, match="block_size"):
+        model(ids(1, 13, V=13))
+    gpt = tiny_gpt(V=13, seed=25)
+    cache = PrefilledCache(TINY["N"], 2, TINY["h"], 5, TINY["d_model"] // TINY["h"], seed=26)
+    logits, _ = gpt(ids(2, 3, V=13, seed=27), cache=cache)
+    assert logits.shape == (2, 3, 13) and cache.length == 8 and cache.values[1].shape == (2, TINY["h"], 8, 8)
+
+
 # ---------------------------------------------------------------- the command
 
 CLI_TINY = ["--d-model", "16", "--h", "2", "--N", "1", "--d-ff", "32", "--block-size", "16", "--batch-size", "8",
