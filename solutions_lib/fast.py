@@ -1,14 +1,15 @@
 """The lesson's Transformer with PyTorch's fused kernels, for training and the benchmarks.
 
-multihead.py and transformer.py compute every formula step by step, as the
-notebooks do. `fuse(model)` turns their LayerNorm and MultiHeadAttention
-modules, in place, into the subclasses below: the same parameters and the
-same function, computed by fused kernels. A fused attention returns no
+multihead.py, transformer.py and gpt compute every formula step by step, as the
+notebooks do. `fuse(model)` turns their LayerNorm, MultiHeadAttention and
+GPT Block modules, in place, into the subclasses below: the same parameters
+and the same function, computed by fused kernels. A fused attention returns no
 weights (None), which training never needs.
 """
 import torch
 import torch.nn.functional as F
 
+from solutions_lib.gpt import Block
 from solutions_lib.multihead import MultiHeadAttention, merge_heads, split_heads
 from solutions_lib.transformer import LayerNorm
 
@@ -36,6 +37,13 @@ class FusedMultiHeadAttention(MultiHeadAttention):
             out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
         return self.W_o(merge_heads(out)), None
 
+    def causal(self, x):
+        """Causal self-attention of x (B, T, d_model): the causal mask as the kernel's own is_causal flag,
+        which skips the blocks above the diagonal instead of reading a (T, T) mask."""
+        q, k, v = self._project(x, x, x)
+        p = self.dropout.p if self.training else 0.0
+        return self.W_o(merge_heads(F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)))
+
     def _project(self, query, key, value):
         """Queries, keys and values, split into heads: (B, h, T, d_k) each."""
         if query is key and key is value:  # self-attention
@@ -51,7 +59,16 @@ class FusedMultiHeadAttention(MultiHeadAttention):
         return split_heads(q, self.h), split_heads(k, self.h), split_heads(v, self.h)
 
 
-FUSED = {LayerNorm: FusedLayerNorm, MultiHeadAttention: FusedMultiHeadAttention}
+class FusedBlock(Block):
+    """A GPT Block whose causal self-attention, without a KV cache, is the kernel's is_causal."""
+
+    def attend(self, x, cache=None, i=0):
+        if cache is None and isinstance(self.attn, FusedMultiHeadAttention):
+            return self.attn.causal(x)
+        return super().attend(x, cache, i)
+
+
+FUSED = {LayerNorm: FusedLayerNorm, MultiHeadAttention: FusedMultiHeadAttention, Block: FusedBlock}
 
 
 def fuse(model):

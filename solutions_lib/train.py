@@ -43,7 +43,7 @@ class Config:
     d_ff: int = 256
     dropout: float = 0.0
     batch_size: int = 128
-    warmup: int = 300
+    warmup: int = 100
     lr_factor: float = 0.5  # the learning rate is lr_factor * warmup_lr(step, d_model, warmup)
     smoothing: float = 0.1
     clip: float = 1.0
