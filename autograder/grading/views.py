@@ -27,6 +27,7 @@ def fingerprint(root, name):
     root = Path(root)
     files = [root / "solutions" / name / f"{name}.ipynb", root / "nbgrader_config.py"]
     files += [p for package in ("autograder", "solutions_lib", "course_lib") for p in (root / package).rglob("*.py")]
+    files += sorted((root / "course_lib" / "data").glob("*"))
     return digest(files)[:12] + "-" + torch.__version__.replace("+", "_")
 
 

@@ -268,6 +268,8 @@ def write_package(root, dest, without=()):
     (dest / HELPERS).mkdir()
     for path in sorted((Path(root) / HELPERS).glob("*.py")):
         (dest / HELPERS / path.name).write_text(without_definitions(path.read_text(), without))
+    if (Path(root) / HELPERS / "data").is_dir():  # the texts notebooks read (notebook 10's Shakespeare)
+        shutil.copytree(Path(root) / HELPERS / "data", dest / HELPERS / "data")
 
 
 def runtime_dependencies(root):
@@ -307,6 +309,7 @@ include = ["autograder*", "course_lib*"]
 
 [tool.setuptools.package-data]
 autograder = ["data/*.pt"]
+course_lib = ["data/*"]
 """
 
 README = """\

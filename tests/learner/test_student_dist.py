@@ -203,6 +203,14 @@ def test_no_reference_solution_or_hidden_case_ships(dist):
 
 
 @pytest.mark.slow
+def test_the_texts_ship_with_course_lib(dist):
+    out = in_dist(dist, "from course_lib.text import shakespeare; import course_lib; print(len(shakespeare()), course_lib.__file__)")
+    length, where = out.split()
+    assert int(length) == len((ROOT / "course_lib" / "data" / "tinyshakespeare.txt").read_text(encoding="utf-8"))
+    assert where.startswith(str(dist[0])), "course_lib came from the distribution, not the repository"
+
+
+@pytest.mark.slow
 def test_every_check_loads_without_the_reference(dist):
     out = in_dist(dist, """
 import autograder, autograder.registry as r
