@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU figure of the README in one run (python3 with a CUDA build of torch; no Jupyter needed):
 #   bash benchmarks/run_gpu.sh OUTDIR
+#   ONLY="train_cli gpt_train" bash benchmarks/run_gpu.sh OUTDIR     # some of them
 set -u
 out=${1:-gpu-results}
 mkdir -p "$out"
@@ -8,14 +9,18 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 py=${PYTHON:-python3}
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, keep the output in OUTDIR/NAME.txt
     local name=$1 limit=$2; shift 2
+    [[ -z "${ONLY_GPU:-${ONLY:-}}" || " ${ONLY_GPU:-${ONLY:-}} " == *" $name "* ]] || return 0
     echo "=== $name: $*"
-    timeout "$limit" "$@" 2>&1 | grep -v '^\s*$' | tee "$out/$name.txt" | tail -n 12
+    timeout "$limit" "$@" 2>&1 | grep -v '^\s*$' | tee "$out/$name.txt" | grep -v '%|' | tail -n 12
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 $py -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
-step train_cli 150 $py -m solutions_lib.train --no-progress --checkpoint "$out/dates.pt"
+step train_cli 60 $py -m solutions_lib.train --no-progress --checkpoint "$out/dates.pt"
+step gpt_train 90 $py -m solutions_lib.gpt train --no-progress --eval-every 250 --checkpoint "$out/gpt.pt"
+step gpt_sample 30 $py -m solutions_lib.gpt sample --checkpoint "$out/gpt.pt" --prompt "ROMEO:" --temperature 0.8 --top-k 40
+step bench_gpt 150 $py benchmarks/bench_gpt.py --eval-every 250
 step bench_training 200 $py benchmarks/bench_training.py --mode both
 step bench_attention 60 $py benchmarks/bench_attention.py
 step bench_layers 90 $py benchmarks/bench_transformer_layers.py --device cuda
 step notebook_08 150 $py benchmarks/notebook_as_script.py solutions/08_training_a_transformer/08_training_a_transformer.ipynb
-rm -f "$out/dates.pt"
+rm -f "$out/dates.pt" "$out/gpt.pt"
