@@ -15,12 +15,13 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, keep the output
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 $py -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
-step train_cli 60 $py -m solutions_lib.train --no-progress --checkpoint "$out/dates.pt"
-step gpt_train 90 $py -m solutions_lib.gpt train --no-progress --eval-every 250 --checkpoint "$out/gpt.pt"
-step gpt_sample 30 $py -m solutions_lib.gpt sample --checkpoint "$out/gpt.pt" --prompt "ROMEO:" --temperature 0.8 --top-k 40
+step train_cli 60 $py -m solutions_lib.train --no-progress --checkpoint /tmp/gpu-dates.pt
+step gpt_train 90 $py -m solutions_lib.gpt train --no-progress --eval-every 250 --checkpoint /tmp/gpu-gpt.pt
+step gpt_sample 30 $py -m solutions_lib.gpt sample --checkpoint /tmp/gpu-gpt.pt --prompt "ROMEO:" --temperature 0.8 --top-k 40
 step bench_gpt 150 $py benchmarks/bench_gpt.py --eval-every 250
 step bench_training 200 $py benchmarks/bench_training.py --mode both
+step notebook_10 200 $py benchmarks/notebook_as_script.py solutions/10_a_gpt_of_your_own/10_a_gpt_of_your_own.ipynb
 step bench_attention 60 $py benchmarks/bench_attention.py
 step bench_layers 90 $py benchmarks/bench_transformer_layers.py --device cuda
 step notebook_08 150 $py benchmarks/notebook_as_script.py solutions/08_training_a_transformer/08_training_a_transformer.ipynb
-rm -f "$out/dates.pt" "$out/gpt.pt"
+rm -f /tmp/gpu-dates.pt /tmp/gpu-gpt.pt  # checkpoints stay out of OUTDIR: only the figures come back
