@@ -220,8 +220,7 @@ class CacheSteps:
         return lengths, keys, values
 
     def __repr__(self):
-        return (f"for T_new in {self.new}: read length, then extend(i, k, v) for i = 0..{self.N - 1}, "
-                f"k and v of shape (B={self.B}, h={self.h}, T_new, d_k={self.d_k}); then read length")
+        return f"steps of {', '.join(map(str, self.new))} new positions in each layer"
 
 
 class TinyGPT(nn.Module):
