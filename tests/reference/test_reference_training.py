@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from course_lib.dates import date_vocab
 from course_lib.tasks import copy_pairs, encode_pairs, letters_vocab, reverse_pairs
 from solutions_lib.train import Config, TorchTransformer, load_checkpoint, save_checkpoint, build_model, build_optimizer
+from solutions_lib.train import moving_average, update_average
 from solutions_lib.training import exact_match, greedy_decode, label_smoothed_cross_entropy, make_masks, shift_right, warmup_lr
 from solutions_lib.transformer import Transformer
 
@@ -116,6 +117,28 @@ def test_checkpoint_round_trip(tmp_path):
     opt2, sched2 = build_optimizer(other, cfg)
     step, history = load_checkpoint(path, other, opt2, sched2)
     assert step == 3 and history == {"step": [3]} and sched2.last_epoch == 3
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values()))
+
+
+def test_the_moving_average_follows_the_weights_and_survives_a_checkpoint(tmp_path):
+    cfg = Config(task="copy", d_model=16, h=2, d_ff=32, N=1, ema=0.9)
+    vocab = letters_vocab()
+    model = build_model(cfg, vocab)
+    average = moving_average(model, cfg.ema)
+    before = [p.detach().clone() for p in average.parameters()]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+    update_average(average, model, cfg.ema)
+    for a, old, w in zip(average.parameters(), before, model.parameters()):
+        torch.testing.assert_close(a, 0.9 * old + 0.1 * w)
+        assert not a.requires_grad
+    assert moving_average(model, 0.0) is None
+    optimizer, scheduler = build_optimizer(model, cfg)
+    save_checkpoint(tmp_path / "c.pt", model, optimizer, scheduler, 1, cfg, {}, average)
+    other, other_average = build_model(cfg, vocab), build_model(cfg, vocab)
+    load_checkpoint(tmp_path / "c.pt", other, ema=other_average)
+    assert all(torch.equal(a, b) for a, b in zip(average.state_dict().values(), other_average.state_dict().values()))
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values()))
 
 
