@@ -34,7 +34,7 @@ def with_random_norms(cls):
         module = cls(*init, **sizes)
         with torch.no_grad():
             for m in module.modules():
-                if isinstance(getattr(m, "gamma", None), torch.nn.Parameter) and isinstance(getattr(m, "beta", None), torch.nn.Parameter):
+                if all(isinstance(getattr(m, name, None), torch.nn.Parameter) for name in ("gamma", "beta")):
                     m.gamma.normal_(1.0, 0.5)
                     m.beta.normal_(0.0, 0.5)
         return module

@@ -239,7 +239,8 @@ def fit(cfg, checkpoint=None, resume=None, progress=True, log=print, max_seconds
 
     model_class: train this Transformer class (a learner's, say) instead of cfg.arch's
 
-    returns a dict: model (the moving average of the weights, when cfg.ema), vocab, history (lists of step, loss, exact_match, seconds), seconds,
+    returns a dict: model (the moving average of the weights, when cfg.ema), vocab,
+    history (lists of step, loss, exact_match, seconds), seconds,
     reached (bool), tokens_per_second
     """
     rank, world = distributed()
@@ -280,7 +281,8 @@ def fit(cfg, checkpoint=None, resume=None, progress=True, log=print, max_seconds
         losses.append(loss.item())
         bar.update(1)
         if step % cfg.eval_every == 0 or step == cfg.max_steps:
-            reached = _evaluate_and_log(evaluated, test_src, test_tgt, vocab, cfg, step, losses, history, start, rank, dev, bar)
+            reached = _evaluate_and_log(evaluated, test_src, test_tgt, vocab, cfg, step, losses, history, start, rank, dev,
+                                        bar)
             if rank == 0 and not show:
                 log(f"step {step}: loss {history['loss'][-1]:.3f}, exact match {history['exact_match'][-1]:.4f}, "
                     f"{history['seconds'][-1]:.0f} s")
