@@ -18,7 +18,7 @@ on_2_cores() {  # on_2_cores FIRST_CORE NAME COMMAND...
     CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 timeout 480 \
         taskset -c "$first,$((first + 1))" "$@" > "$out/cpu/$name.txt" 2>&1 &
 }
-on_2_cores 0 bench_training $py benchmarks/bench_training.py --mode both --recipe-rounds 1
+on_2_cores 0 bench_training $py benchmarks/bench_training.py --mode both
 on_2_cores 2 notebook_08 $py benchmarks/notebook_as_script.py solutions/08_training_a_transformer/08_training_a_transformer.ipynb
 on_2_cores 4 train_cli $py -m solutions_lib.train --no-progress --checkpoint /tmp/dates.pt
 on_2_cores 6 gpt_train $py -m solutions_lib.gpt train --no-progress --checkpoint /tmp/gpt-cpu.pt

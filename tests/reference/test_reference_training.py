@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from course_lib.dates import date_vocab
 from course_lib.tasks import copy_pairs, encode_pairs, letters_vocab, reverse_pairs
 from solutions_lib.train import Config, TorchTransformer, load_checkpoint, save_checkpoint, build_model, build_optimizer
-from solutions_lib.train import moving_average, update_average
+from solutions_lib.train import evaluate, fit, moving_average, task_data, trim, update_average
 from solutions_lib.training import exact_match, greedy_decode, label_smoothed_cross_entropy, make_masks, shift_right, warmup_lr
 from solutions_lib.transformer import Transformer
 
@@ -140,6 +140,20 @@ def test_the_moving_average_follows_the_weights_and_survives_a_checkpoint(tmp_pa
     load_checkpoint(tmp_path / "c.pt", other, ema=other_average)
     assert all(torch.equal(a, b) for a, b in zip(average.state_dict().values(), other_average.state_dict().values()))
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values()))
+
+
+def test_the_commands_evaluation_scores_what_greedy_decoding_scores():
+    # evaluate() scores greedy decoding in one teacher-forced pass; a half-trained model
+    # (some targets right, some wrong) must get the score of greedy_decode and exact_match.
+    cfg = Config(task="copy", n_train=2000, n_test=200, d_model=32, h=2, d_ff=64, N=1, batch_size=32,
+                 max_steps=150, eval_every=10_000, ema=0.0)
+    result = fit(cfg, progress=False, log=lambda line: None)
+    model, vocab = result["model"], result["vocab"]
+    _, _, (src, tgt) = task_data(cfg)
+    ys = greedy_decode(model, trim(src), max_len=tgt.size(1), bos_id=vocab.bos_id, eos_id=vocab.eos_id, pad_id=vocab.pad_id)
+    greedy = exact_match(ys[:, 1:], tgt, vocab.eos_id)
+    assert 0.1 < greedy < 0.9, f"the model should be half trained, exact match {greedy}"
+    assert evaluate(model, src, tgt, batch_size=64, pad_id=vocab.pad_id, bos_id=vocab.bos_id) == greedy
 
 
 def test_date_vocab_covers_iso_dates():
