@@ -55,8 +55,7 @@ def pad_batch(seqs, pad_id=0):
     returns ids: LongTensor (B, T) with T the longest length, padded with pad_id at the end,
     and lengths: LongTensor (B,)
     """
-    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
-    ids = torch.full((len(seqs), int(lengths.max())), pad_id, dtype=torch.long)
-    for b, s in enumerate(seqs):
-        ids[b, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return ids, lengths
+    lengths = [len(s) for s in seqs]
+    T = max(lengths)
+    ids = torch.tensor([list(s) + [pad_id] * (T - len(s)) for s in seqs], dtype=torch.long)
+    return ids, torch.tensor(lengths, dtype=torch.long)

@@ -170,6 +170,12 @@ def optimizer_step(loss, model, optimizer, scaler, clip):
     scaler.update()
 
 
+def mean_loss(losses):
+    """The mean of the losses since the last evaluation, kept as 0-dim tensors on the device so that
+    no step waits for the GPU to hand one back; nan when there are none."""
+    return torch.stack(losses).mean().item() if losses else float("nan")
+
+
 def distributed():
     """(rank, world size); starts the process group under torchrun."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
@@ -273,7 +279,9 @@ def fit(cfg, checkpoint=None, resume=None, progress=True, log=print, max_seconds
     start, tokens, losses, reached = time.perf_counter(), 0, [], False
     while step < cfg.max_steps and not reached:
         idx = torch.randint(len(src), (per_rank,), generator=sampler)
-        s, t = trim(src[idx]).to(dev), trim(tgt[idx]).to(dev)
+        s, t = trim(src[idx]), trim(tgt[idx])
+        tokens += int((t != vocab.pad_id).sum()) * world  # counted on the host: no wait for the GPU
+        s, t = s.to(dev), t.to(dev)
         trained.train()
         tgt_in = shift_right(t, vocab.bos_id)
         src_mask, tgt_mask = make_masks(s, tgt_in, vocab.pad_id)
@@ -285,8 +293,7 @@ def fit(cfg, checkpoint=None, resume=None, progress=True, log=print, max_seconds
         if average is not None:
             update_average(average, model, cfg.ema)
         step += 1
-        tokens += int((t != vocab.pad_id).sum()) * world
-        losses.append(loss.item())
+        losses.append(loss.detach())
         bar.update(1)
         if step % cfg.eval_every == 0 or step == cfg.max_steps:
             reached = _evaluate_and_log(evaluated, test_src, test_tgt, vocab, cfg, step, losses, history, start, rank, dev,
@@ -315,7 +322,7 @@ def _evaluate_and_log(model, test_src, test_tgt, vocab, cfg, step, losses, histo
         dist.broadcast(score, 0)  # every process stops at the same step
     em = float(score[0])
     history["step"].append(step)
-    history["loss"].append(sum(losses) / max(len(losses), 1))
+    history["loss"].append(mean_loss(losses))
     history["exact_match"].append(em)
     history["seconds"].append(time.perf_counter() - start)
     bar.set_postfix(loss=f"{history['loss'][-1]:.3f}", exact_match=f"{em:.3f}")

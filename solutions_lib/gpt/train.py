@@ -16,7 +16,7 @@ from solutions_lib import bpe
 from solutions_lib.fast import fuse
 from solutions_lib.gpt import GPT, START, check_sampling, generate
 from solutions_lib.gpt.data import Tokenizer, evaluate, get_batch, tokenize
-from solutions_lib.train import distributed, load_checkpoint, optimizer_step, precision, process_device
+from solutions_lib.train import distributed, load_checkpoint, mean_loss, optimizer_step, precision, process_device
 
 
 # ---------------------------------------------------------------- the command: recipes
@@ -238,7 +238,7 @@ def _progress(cfg, step, elapsed, dev):
 
 def _record(history, step, losses, score, seconds):
     history["step"].append(step)
-    history["loss"].append(torch.stack(losses).mean().item() if losses else float("nan"))
+    history["loss"].append(mean_loss(losses))
     history["held_out"].append(score)
     history["seconds"].append(seconds)
 
