@@ -11,9 +11,9 @@ layer), and prints  solutions_lib / torch  (target: at most 0.9).
 (b) runs the notebook 08 recipe (solutions_lib.train.fit) with each model until
 the held-out exact match reaches 99%, for seeds 0 to --seeds - 1, and prints the
 ratio of the mean wall times (target: at most 0.8). The step that first reaches
-99% moves by 50 steps or more from seed to seed, and even with the allocator's
-state, so one run per model measures luck as much as speed. It also reports
-target tokens per second.
+99% moves by 50 steps or more from seed to seed, and even between two runs of one
+seed (the allocator's state changes the rounding), so one run per model measures
+luck as much as speed. It also reports target tokens per second.
 Each mode prints its ratio on its last line. Timings are only comparable within one run.
 """
 import argparse
