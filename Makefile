@@ -20,14 +20,19 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt torch
-	$(PIP) install -q -c constraints.txt -e ".[grading,lab,dev,browser,site]"
+	$(PIP) install -q -c constraints.txt -e ".[grading,lab,dev,browser,site,tests]"
 	touch $(STAMP)
 
+# Two workers, each file's tests on one (tests/conftest.py); then, alone, the tests that train for a
+# budget of seconds (marker solo), which a busy machine would shortchange.
+XDIST  := -n 2 --no-loadscope-reorder
+
 test: $(STAMP)
-	$(BIN)/python -m pytest --durations=15
+	$(BIN)/python -m pytest $(XDIST) -m "not solo" --durations=15
+	$(BIN)/python -m pytest -m solo --durations=3
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest $(XDIST) -m "not slow"
 
 # `make test` runs these too, or skips them when Chromium is not installed; here they must run.
 test-browser: $(STAMP)

@@ -18,6 +18,24 @@ ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = [a for a in assignments(ROOT) if a in os.environ.get("COURSE_ASSIGNMENTS", a).split(",")]
 
 
+# `make test` runs on two workers (pytest-xdist). A file's tests stay on one worker, so that its
+# module fixtures are built once, and the files that read graded_course share one, so that every
+# notebook is graded once per run.
+SHARES_GRADED_COURSE = {"test_demo.py", "test_grading.py", "test_site.py"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::", 1)[0]
+            return "graded_course" if Path(path).name in SHARES_GRADED_COURSE else path
+
+    return ByFile(config, log)
+
+
 @pytest.fixture(scope="session")
 def released(tmp_path_factory):
     """A fresh release of every assignment, into a temporary folder."""

@@ -63,8 +63,13 @@ RUN_ALL_JS = """async ([timeoutMs]) => {
     const timeout = new Promise((_, reject) => { timer = setTimeout(() => reject(new Error('cells still running after ' + timeoutMs + ' ms')), timeoutMs); });
     try { return await Promise.race([app.commands.execute(command), timeout]); } finally { clearTimeout(timer); }
   };
+  const ran = () => nb.widgets.some(c => c.model.type === 'code' && c.model.executionCount !== null);
   let rounds = 1;
   let ok = await run('notebook:run-all-cells');
+  if (!ok && !ran()) {  // just after a kernel starts, JupyterLab can answer false before any cell has run
+    await new Promise(resolve => setTimeout(resolve, 1000));
+    ok = await run('notebook:run-all-cells');
+  }
   while (!ok) {
     let last = -1;
     nb.widgets.forEach((c, i) => { if (c.model.type === 'code' && c.model.executionCount !== null) last = i; });
@@ -220,6 +225,13 @@ def open_notebook(page, path):
     assert opened == path
     state = page.wait_for_function(KERNEL_READY_JS).json_value()
     assert state == "ready", f"opening {path} asked for a kernel: {page.locator('.jp-Dialog').inner_text()}"
+    # idle on the page is not yet a kernel that answers: wait for one round trip
+    connection = page.evaluate("""async () => {
+      const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+      await kernel.requestKernelInfo();
+      return kernel.connectionStatus;
+    }""")
+    assert connection == "connected", connection
 
 
 def run_all(page):
