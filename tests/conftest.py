@@ -1,11 +1,11 @@
 """Shared, expensive fixtures: each notebook is released once and every
 submission is graded by real nbgrader once per test run; the tests read the results."""
-from pathlib import Path
-
 import os
+from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
 from autograder import registry
 from autograder.course import assignments
@@ -22,6 +22,14 @@ ASSIGNMENTS = [a for a in assignments(ROOT) if a in os.environ.get("COURSE_ASSIG
 # module fixtures are built once, and the files that read graded_course share one, so that every
 # notebook is graded once per run.
 SHARES_GRADED_COURSE = {"test_demo.py", "test_grading.py", "test_site.py"}
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # two workers on two cores: a thread each, and in what they start (grading kernels too),
+        # or the two workers' thread pools spin against each other
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 @pytest.hookimpl(optionalhook=True)
