@@ -37,6 +37,8 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class ByFile(LoadScopeScheduling):
+        # the method through which xdist's own schedulers group tests (LoadFileScheduling and
+        # LoadGroupScheduling override it too): not public API, so constraints.txt pins xdist
         def _split_scope(self, nodeid):
             path = nodeid.split("::", 1)[0]
             return "graded_course" if Path(path).name in SHARES_GRADED_COURSE else path
