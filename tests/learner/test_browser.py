@@ -83,11 +83,11 @@ RUN_ALL_JS = """async ([timeoutMs]) => {
 
 KERNEL_READY_JS = """() => {
   if (document.querySelector('.jp-Dialog')) return 'dialog';
-  const panel = '.jp-NotebookPanel:not(.lm-mod-hidden) ';
-  const status = document.querySelector(panel + '.jp-Notebook-ExecutionIndicator');
-  const kernel = document.querySelector(panel + '[data-jp-item-name=kernelName]');
-  return status && kernel && status.getAttribute('data-status') === 'idle'
-      && kernel.textContent.includes('Python 3') ? 'ready' : false;
+  // the toolbar can say idle before a session exists: ask the notebook's own session
+  const context = window.jupyterapp.shell.currentWidget?.sessionContext;
+  const kernel = context?.session?.kernel;
+  return kernel && kernel.connectionStatus === 'connected' && kernel.status === 'idle'
+      && context.kernelDisplayName.includes('Python 3') ? 'ready' : false;
 }"""
 
 
