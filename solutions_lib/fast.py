@@ -5,13 +5,24 @@ notebooks do. `fuse(model)` turns their LayerNorm, MultiHeadAttention and
 GPT Block modules, in place, into the subclasses below: the same parameters
 and the same function, computed by fused kernels. A fused attention returns no
 weights (None), which training never needs.
+
+On a CPU the fused Encoder also skips the padding: its token-wise layers (the
+projections, the feed-forward network, the norms) see only the real tokens of
+the batch, packed into one (N, d_model) matrix, and only attention sees the
+(B, T) grid. The decoder reads the padded positions of the memory through no
+mask, so the logits are the same; the memory is 0 there instead of a value
+computed from padding.
 """
 import torch
 import torch.nn.functional as F
 
 from solutions_lib.gpt import Block
 from solutions_lib.multihead import MultiHeadAttention, merge_heads, split_heads
-from solutions_lib.transformer import LayerNorm
+from solutions_lib.transformer import Encoder, EncoderLayer, LayerNorm
+
+# From PyTorch 2.5 (pytorch/pytorch#133882) the kernels give a query whose keys are all masked
+# the output 0, as the lesson's module does; before, they gave NaN.
+KERNEL_ZEROES_EMPTY_ROWS = torch.__version__ >= (2, 5)
 
 
 class FusedLayerNorm(LayerNorm):
@@ -33,9 +44,20 @@ class FusedMultiHeadAttention(MultiHeadAttention):
             mask = mask.unsqueeze(-3)  # (B, 1, T_q, T_k): the same mask for every head
         p = self.dropout.p if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        if mask is not None:  # a query with every key masked attends to nothing, as in the lesson
+        if mask is not None and not KERNEL_ZEROES_EMPTY_ROWS:  # a query with every key masked attends to nothing
             out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
         return self.W_o(merge_heads(out)), None
+
+    def packed_self(self, x, keep, mask):
+        """Self-attention of packed tokens: x (N, d_model), the real tokens of a (B, T) batch, at the
+        flat positions keep (N,); mask (B, 1, T), True at the real tokens -> (N, d_model).
+        Every real query has a real key, itself, so no row is empty."""
+        B, T = mask.size(0), mask.size(-1)
+        qkv = unpack(F.linear(x, *self._stacked(self.W_q, self.W_k, self.W_v)), keep, B, T)
+        q, k, v = (split_heads(t, self.h) for t in qkv.chunk(3, dim=-1))
+        p = self.dropout.p if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.unsqueeze(-3), dropout_p=p)
+        return self.W_o(pack(merge_heads(out), keep))
 
     def causal(self, x):
         """Causal self-attention of x (B, T, d_model): the causal mask as the kernel's own is_causal flag,
@@ -47,16 +69,17 @@ class FusedMultiHeadAttention(MultiHeadAttention):
     def _project(self, query, key, value):
         """Queries, keys and values, split into heads: (B, h, T, d_k) each."""
         if query is key and key is value:  # self-attention
-            W = torch.cat([self.W_q.weight, self.W_k.weight, self.W_v.weight])
-            b = torch.cat([self.W_q.bias, self.W_k.bias, self.W_v.bias])
-            q, k, v = F.linear(query, W, b).chunk(3, dim=-1)
+            q, k, v = F.linear(query, *self._stacked(self.W_q, self.W_k, self.W_v)).chunk(3, dim=-1)
         elif key is value:  # cross-attention: keys and values read the same memory
-            W = torch.cat([self.W_k.weight, self.W_v.weight])
-            b = torch.cat([self.W_k.bias, self.W_v.bias])
-            q, (k, v) = self.W_q(query), F.linear(key, W, b).chunk(2, dim=-1)
+            q, (k, v) = self.W_q(query), F.linear(key, *self._stacked(self.W_k, self.W_v)).chunk(2, dim=-1)
         else:
             q, k, v = self.W_q(query), self.W_k(key), self.W_v(value)
         return split_heads(q, self.h), split_heads(k, self.h), split_heads(v, self.h)
+
+    @staticmethod
+    def _stacked(*linears):
+        """(weight, bias) of one nn.Linear that computes the given ones side by side."""
+        return torch.cat([lin.weight for lin in linears]), torch.cat([lin.bias for lin in linears])
 
 
 class FusedBlock(Block):
@@ -68,11 +91,50 @@ class FusedBlock(Block):
         return super().attend(x, cache, i)
 
 
-FUSED = {LayerNorm: FusedLayerNorm, MultiHeadAttention: FusedMultiHeadAttention, Block: FusedBlock}
+def pack(x, keep):
+    """(B, T, d) -> (N, d): the vectors at the flat positions keep (N,), b * T + t."""
+    return x.reshape(-1, x.size(-1)).index_select(0, keep)
+
+
+def unpack(x, keep, B, T):
+    """Undo pack: (N, d) -> (B, T, d), with zeros at the positions not in keep."""
+    return x.new_zeros(B * T, x.size(-1)).index_copy(0, keep, x).view(B, T, -1)
+
+
+class FusedEncoderLayer(EncoderLayer):
+    def packed(self, x, keep, mask):
+        """EncoderLayer.forward on packed tokens: x (N, d_model), keep (N,), mask (B, 1, T) -> (N, d_model)."""
+        x = self.norm1(x + self.dropout(self.self_attn.packed_self(x, keep, mask)))
+        return self.norm2(x + self.dropout(self.ffn(x)))
+
+
+class FusedEncoder(Encoder):
+    """An Encoder that, on a CPU, computes the real tokens only (see the module's docstring).
+
+    On a GPU this small model waits on kernel launches rather than arithmetic, and finding the
+    real tokens (nonzero) would make the host wait for the device: there it runs as the lesson's.
+    """
+
+    def forward(self, x, mask=None):
+        B, T, _ = x.shape
+        if not (x.device.type == "cpu" and mask is not None and mask.shape == (B, 1, T) and all(
+                type(layer) is FusedEncoderLayer and type(layer.self_attn) is FusedMultiHeadAttention
+                for layer in self.layers)):
+            return super().forward(x, mask)
+        keep = mask.reshape(B * T).nonzero().squeeze(1)
+        tokens = pack(x, keep)
+        for layer in self.layers:
+            tokens = layer.packed(tokens, keep, mask)
+        return unpack(tokens, keep, B, T)
+
+
+FUSED = {LayerNorm: FusedLayerNorm, MultiHeadAttention: FusedMultiHeadAttention, Block: FusedBlock,
+         EncoderLayer: FusedEncoderLayer, Encoder: FusedEncoder}
 
 
 def fuse(model):
-    """Make every LayerNorm and MultiHeadAttention of `model` fused, in place; returns `model`."""
+    """Make every LayerNorm, MultiHeadAttention, GPT Block, EncoderLayer and Encoder of `model` fused,
+    in place; returns `model`."""
     for module in model.modules():
         if type(module) in FUSED:
             module.__class__ = FUSED[type(module)]

@@ -129,7 +129,11 @@ def test_float32_dropout_and_training_mode_run():
     assert torch.isfinite(out).all()
 
 
-def test_fused_attention_gives_a_query_with_every_key_masked_zero_output_like_the_lesson():
+@pytest.mark.parametrize("kernel_zeroes_it", [True, False], ids=["PyTorch 2.5 on", "older PyTorch"])
+def test_fused_attention_gives_a_query_with_every_key_masked_zero_output_like_the_lesson(kernel_zeroes_it, monkeypatch):
+    import solutions_lib.fast
+
+    monkeypatch.setattr(solutions_lib.fast, "KERNEL_ZEROES_EMPTY_ROWS", kernel_zeroes_it)
     ours, _ = pair(8, 2, seed=10)
     x = draw(2, 4, 8, 11)
     mask = torch.ones(2, 4, 4, dtype=torch.bool)

@@ -187,3 +187,57 @@ def test_fused_layer_norm_equals_the_formula():
     fused = fuse(copy.deepcopy(ln))
     assert type(fused).__name__ == "FusedLayerNorm"
     assert_same(fused(x), ln(x), [x])
+
+
+def fused_pair(seed, dropout=0.0):
+    """The lesson's Transformer (float64) and a fused copy with the same weights."""
+    import copy
+
+    from solutions_lib.fast import fuse
+
+    torch.manual_seed(seed)
+    lesson = Transformer(12, 12, d_model=16, h=4, d_ff=32, N=2, dropout=dropout).double()
+    return lesson, fuse(copy.deepcopy(lesson))
+
+
+def padded_batch(seed):
+    """Sources of lengths 9, 4, 1, 7 padded to 9, targets of 6; the masks of make_masks."""
+    from solutions_lib.training import make_masks
+
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(3, 12, (4, 9), generator=g) * padding_mask(torch.tensor([9, 4, 1, 7]), 9).squeeze(1)
+    tgt_in = torch.randint(3, 12, (4, 6), generator=g)
+    return (src, tgt_in, *make_masks(src, tgt_in))
+
+
+def test_fused_transformer_skips_the_padding_with_the_lessons_logits_and_gradients():
+    lesson, fused = fused_pair(seed=21)
+    src, tgt_in, src_mask, tgt_mask = padded_batch(seed=22)
+    memory = fused.encode(src, src_mask)
+    assert type(fused.encoder).__name__ == "FusedEncoder"
+    assert torch.all(memory[~src_mask.squeeze(1)] == 0), "the packed path did not run"
+    torch.testing.assert_close(memory[src_mask.squeeze(1)], lesson.encode(src, src_mask)[src_mask.squeeze(1)])
+    ours, theirs = fused(src, tgt_in, src_mask, tgt_mask), lesson(src, tgt_in, src_mask, tgt_mask)
+    torch.testing.assert_close(ours, theirs)
+    (ours * weights_for(ours)).sum().backward()
+    (theirs * weights_for(theirs)).sum().backward()
+    for (name, a), b in zip(fused.named_parameters(), lesson.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("mask", ["none", "per query"])
+def test_fused_encoder_runs_as_the_lesson_for_masks_other_than_padding(mask):
+    lesson, fused = fused_pair(seed=23)
+    src, _, src_mask, _ = padded_batch(seed=24)
+    mask = None if mask == "none" else src_mask & causal_mask(9)  # (B, T, T): not one row for every query
+    torch.testing.assert_close(fused.encode(src, mask), lesson.encode(src, mask))
+
+
+def test_fused_encoder_with_dropout_trains_and_evaluates_like_the_lesson():
+    lesson, fused = fused_pair(seed=25, dropout=0.3)
+    src, tgt_in, src_mask, tgt_mask = padded_batch(seed=26)
+    out = fused.train()(src, tgt_in, src_mask, tgt_mask)
+    assert torch.isfinite(out).all()
+    out.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in fused.parameters() if p.grad is not None)
+    torch.testing.assert_close(fused.eval()(src, tgt_in, src_mask, tgt_mask), lesson.eval()(src, tgt_in, src_mask, tgt_mask))
