@@ -24,6 +24,11 @@ below are also reachable as `solutions_lib.<name>`, loaded on first use so that
 importing the package loads no topic.
 """
 import importlib
+import time
+
+# `python -m solutions_lib.train` (or .gpt) imports this package first, before torch: the
+# command's start, from which it counts its seconds
+START = time.perf_counter()
 
 _EXPORTS = {
     name: "attention"

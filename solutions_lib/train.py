@@ -33,6 +33,7 @@ from course_lib.dates import date_splits, date_vocab
 from course_lib.runtime import device as default_device
 from course_lib.tasks import copy_pairs, encode_pairs, letters_vocab, reverse_pairs
 from course_lib.transformer import init_embeddings
+from solutions_lib import START
 from solutions_lib.training import label_smoothed_cross_entropy, make_masks, shift_right, warmup_lr
 from solutions_lib.fast import fuse
 from solutions_lib.transformer import Transformer, sinusoidal_encoding
@@ -350,7 +351,8 @@ def main(argv=None):
     if result["rank"] == 0:
         h = result["history"]
         em = h["exact_match"][-1] if h["exact_match"] else float("nan")
-        print(f"device {result['device']}, {result['world']} process(es): {result['steps']} steps in {result['seconds']:.1f} s, "
+        print(f"device {result['device']}, {result['world']} process(es): {result['steps']} steps in {result['seconds']:.1f} s "
+              f"of training, {time.perf_counter() - START:.1f} s from the command's start, "
               f"{result['tokens_per_second']:.0f} target tokens/s")
         print(f"held-out exact match {em:.4f} ({'reached' if result['reached'] else 'did not reach'} {cfg.target}); checkpoint {checkpoint}")
     if dist.is_initialized():

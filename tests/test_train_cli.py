@@ -1,5 +1,6 @@
 """`python -m solutions_lib.train`, alone and under torchrun with 2 CPU processes."""
 import os
+import re
 import subprocess
 import sys
 
@@ -25,6 +26,9 @@ def test_train_cli_saves_and_resumes(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     assert "held-out exact match" in run.stdout and ckpt.is_file()
     assert torch.load(ckpt, weights_only=False)["step"] == 6
+    times = re.search(r"6 steps in ([\d.]+) s of training, ([\d.]+) s from the command's start", run.stdout)
+    assert times, run.stdout  # the Deliver targets are one of each: the report gives both
+    assert float(times[2]) >= float(times[1])
     again = subprocess.run([sys.executable, "-m", "solutions_lib.train", "--resume", str(ckpt), "--max-steps", "9",
                             "--checkpoint", str(ckpt), "--no-progress"],
                            cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)

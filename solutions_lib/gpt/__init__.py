@@ -27,21 +27,15 @@ GPU the forward pass runs under bf16 autocast (--compile adds torch.compile); un
 torchrun every process trains on its share of each batch (gloo on CPUs, NCCL on
 GPUs), and process 0 alone evaluates, prints and saves.
 """
-import time
+import math
 
-# `python -m solutions_lib.gpt` imports this package first: its start, before torch is imported,
-# is the command's start, from which its budget of seconds counts (gpt.train)
-START = time.perf_counter()
+import torch
+import torch.nn.functional as F
+from torch import nn
 
-import math  # noqa: E402
-
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
-
-from solutions_lib.attention import causal_mask  # noqa: E402
-from solutions_lib.multihead import MultiHeadAttention  # noqa: E402
-from solutions_lib.transformer import FeedForward, LayerNorm  # noqa: E402
+from solutions_lib.attention import causal_mask
+from solutions_lib.multihead import MultiHeadAttention
+from solutions_lib.transformer import FeedForward, LayerNorm
 
 
 # ---------------------------------------------------------------- the model

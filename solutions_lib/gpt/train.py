@@ -12,9 +12,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from course_lib.text import shakespeare, split
-from solutions_lib import bpe
+from solutions_lib import START, bpe
 from solutions_lib.fast import fuse
-from solutions_lib.gpt import GPT, START, check_sampling, generate
+from solutions_lib.gpt import GPT, check_sampling, generate
 from solutions_lib.gpt.data import Tokenizer, evaluate, get_batch, tokenize
 from solutions_lib.train import distributed, load_checkpoint, mean_loss, optimizer_step, precision, process_device
 
