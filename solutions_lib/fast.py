@@ -9,9 +9,9 @@ weights (None), which training never needs.
 On a CPU the fused Encoder also skips the padding: its token-wise layers (the
 projections, the feed-forward network, the norms) see only the real tokens of
 the batch, packed into one (N, d_model) matrix, and only attention sees the
-(B, T) grid. The decoder reads the padded positions of the memory through no
-mask, so the logits are the same; the memory is 0 there instead of a value
-computed from padding.
+(B, T) grid. The source mask keeps the decoder from reading the memory at
+padded positions, so the logits are the same; the memory is 0 there instead of
+a value computed from padding.
 """
 import torch
 import torch.nn.functional as F

@@ -225,7 +225,7 @@ def open_notebook(page, path):
     assert opened == path
     state = page.wait_for_function(KERNEL_READY_JS).json_value()
     assert state == "ready", f"opening {path} asked for a kernel: {page.locator('.jp-Dialog').inner_text()}"
-    # idle on the page is not yet a kernel that answers: wait for one round trip
+    # an idle kernel whose websocket is up may still not answer: wait for one round trip
     connection = page.evaluate("""async () => {
       const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
       await kernel.requestKernelInfo();
