@@ -79,3 +79,20 @@ def test_a_mistake_of_no_exercise_is_named(monkeypatch):
     monkeypatch.setattr(registry, "_mistakes_of", lambda m: {**read(m), **typo} if m is module else read(m))
     with pytest.raises(ValueError, match="the mistakes of attention_score belong to no exercise of the notebook"):
         registry._from_catalogs()
+
+
+# ---------------------------------------------------------------- one home for what both sides share
+
+
+def _imported(path):
+    tree = ast.parse(path.read_text())
+    found = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    return found | {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+
+
+@pytest.mark.parametrize("side, other", [("grading", "release"), ("release", "grading")])
+def test_releasing_and_grading_do_not_import_each_other(side, other):
+    # what a class is shipped (autograder.ship) and nbgrader's API (autograder.nbgrader_api) are theirs to share
+    for path in sorted((find_root() / "autograder" / side).glob("*.py")):
+        crossing = sorted(m for m in _imported(path) if m.startswith(f"autograder.{other}"))
+        assert not crossing, f"{path.name} imports {crossing}"

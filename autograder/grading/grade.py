@@ -30,7 +30,8 @@ import nbformat
 
 from autograder.grading import gradebook, sandbox, views
 from autograder.course import CourseError, assignments, digest, find_root, sqlite_url, tool_env
-from autograder.grading.nbgrader_jobs import RESULT_PREFIX, api_for, generate_assignments
+from autograder.grading.nbgrader_jobs import RESULT_PREFIX
+from autograder.nbgrader_api import api_for, generate_assignments
 
 STATE = ".autograder"
 

@@ -1,4 +1,4 @@
-"""nbgrader through its Python API, so that one process does many notebooks.
+"""A grading worker: nbgrader through its Python API, so that one process does many notebooks.
 
 Starting nbgrader costs about five seconds; grading one notebook, a few more.
 A worker process (`python -m autograder.grading.nbgrader_jobs JOBFILE`) therefore
@@ -8,37 +8,13 @@ result line per submission for the parent to read.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
-from autograder.course import sqlite_url, tool_env
+from autograder.course import sqlite_url
+from autograder.nbgrader_api import api_for
 
 RESULT_PREFIX = "@@autograder-result "
-
-
-def api_for(config_dir, **course_settings):
-    """An NbGraderAPI with the course's nbgrader_config.py and these CourseDirectory settings."""
-    from nbgrader.apps.api import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-    from traitlets.config.loader import PyFileConfigLoader
-
-    os.environ.update(tool_env())  # nbgrader runs `alembic` and kernels from PATH
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(config_dir)).load_config()
-    for key, value in course_settings.items():
-        setattr(config.CourseDirectory, key, value)
-    coursedir = CourseDirectory(config=config)
-    return NbGraderAPI(coursedir=coursedir, config=config)
-
-
-def generate_assignments(root, names, release_dir, db):
-    """`nbgrader generate_assignment` for each name; returns {name: (ok, log)}."""
-    api = api_for(root, root=str(root), release_directory=str(release_dir), db_url=sqlite_url(db))
-    out = {}
-    for name in names:
-        result = api.generate_assignment(name, force=True, create=True)
-        out[name] = (result["success"], result.get("log", "") + result.get("error", ""))
-    return out
 
 
 def grade(job):

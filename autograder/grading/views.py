@@ -1,6 +1,6 @@
 """What the grading sandbox shows of the course: the student side of one notebook.
 
-`view(root, name)` is a folder holding what `release --student-dist` ships
+`view(root, name)` is a folder holding what a class is shipped (autograder.ship)
 for notebook `name` (the check machinery, its public precomputed data,
 `course_lib`), less every building block of course_lib that implements one of
 that notebook's own exercises. It is built once per version of the
@@ -15,8 +15,7 @@ from pathlib import Path
 
 import torch
 
-from autograder import registry
-from autograder.release import student_dist
+from autograder import registry, ship
 from autograder.course import digest
 
 FOLDER = Path(".autograder") / "views"
@@ -56,8 +55,8 @@ def view(root, name):
 
 def build(root, name, dest):
     """Write the student side of notebook `name` into `dest` (an empty folder)."""
-    student_dist.write_package(root, Path(dest), without={ex.name for ex in registry.for_notebook(name)})
-    student_dist.write_data(dest, name)
-    found = student_dist.leaks(dest)
+    ship.write_package(root, Path(dest), without={ex.name for ex in registry.for_notebook(name)})
+    ship.write_data(dest, name)
+    found = ship.leaks(dest)
     if found:
-        raise student_dist.ShipError("the grading sandbox would contain reference code:\n" + "\n".join(f"  {p}: {w}" for p, w in found))
+        raise ship.ShipError("the grading sandbox would contain reference code:\n" + "\n".join(f"  {p}: {w}" for p, w in found))

@@ -15,7 +15,7 @@ import nbformat
 from autograder import registry
 from autograder.course import CourseError, assignments
 from autograder.mutants import source_of
-from autograder.grading.nbgrader_jobs import generate_assignments
+from autograder.nbgrader_api import generate_assignments
 
 DEMO_STUDENTS = ("ada_complete", "ben_blank", "cy_two_mistakes")
 

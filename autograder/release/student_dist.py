@@ -10,113 +10,22 @@ Left out: solutions/, solutions_lib (the reference), autograder.assignments (the
 mistake catalogs and every hidden case), and the instructor's commands. Each
 check cell still gives the feedback it gives in the repository on the public
 cases: the release command runs the reference and every catalogued mistake on
-them once and stores the results (autograder.reference_data), which
-autograder.registry reads where the catalogs are absent. The grading sandbox shows a kernel the
-same files for one notebook (autograder.grading.views).
+them once and stores the results (autograder.ship, autograder.reference_data),
+which autograder.registry reads where the catalogs are absent.
 """
 from __future__ import annotations
 
-import ast
 import json
-import inspect
-import io
-import pickletools
 import shutil
 import tempfile
-import textwrap
-import tomllib
 import time
-import warnings
-import zipfile
+import tomllib
 from pathlib import Path
 
 import nbformat
-import torch
 
-from autograder import core, registry
 from autograder.course import CourseError, assignments
-from autograder.mutants import source_of
-from autograder.reference_data import FORMAT
-
-HELPERS = "course_lib"
-REFERENCE = "solutions_lib"
-# autograder modules the checks need in a notebook and on the command line (`check`)
-SHIPPED = ("__init__.py", "__main__.py", "api.py", "core.py", "check_notebook.py", "course.py", "results.py",
-           "pytest_plugin.py", "fixtures.py", "registry.py", "reference_data.py", "record.py",
-           "progress.py", "reveal.py")
-
-
-class ShipError(Exception):
-    """A notebook needs something the student distribution cannot contain."""
-
-
-# ---------------------------------------------------------------- the precomputed checks
-
-
-def exercise_data(ex):
-    """One exercise's entry of autograder/data/NN_name.pt (format: autograder.reference_data)."""
-    cases = []
-    for case in ex.cases():
-        if case.hidden:
-            continue
-        want, weights = core.reference_outcome(ex, case)
-        expected = _portable(want)
-        if not core.same_value(expected.outputs, want.outputs):
-            raise ShipError(f"{ex.name} [{case.label}]: the reference returns something that cannot be stored")
-        blob = io.BytesIO()
-        call = case.make()
-        torch.save(core.portable_call(call), blob)
-        cases.append({
-            "label": case.label, "part": case.part, "grad": case.grad, "call": blob.getvalue(),
-            "expected": expected, "weights": weights,
-            "mistakes": {m.name: _portable(core.mistake_outcome(ex, m, case)) for m in ex.mistakes},
-        })
-        foreign = _not_shipped_modules(pickled_modules(blob.getvalue()))
-        if foreign:
-            raise ShipError(f"{ex.name} [{case.label}]: its inputs need {', '.join(sorted(foreign))} to load")
-    return {
-        "name": ex.name, "notebook": ex.notebook, "points": ex.points, "parts": ex.parts, "kind": ex.kind,
-        "returns": tuple(ex.returns), "depends_on": tuple(ex.depends_on), "train_mode": ex.train_mode,
-        "state_after": ex.state_after, "mistakes": [(m.name, m.says) for m in ex.mistakes], "cases": cases,
-    }
-
-
-def _portable(outcome):
-    """The outcome without autograd graphs, its error one that loads anywhere."""
-    return core.Outcome(outputs=core.plain(outcome.outputs), grads=core.plain(outcome.grads), error=_portable_error(outcome.error))
-
-
-def _portable_error(error):
-    if error is None:
-        return None
-    buf = io.BytesIO()
-    try:
-        torch.save(error, buf)
-        copy = torch.load(io.BytesIO(buf.getvalue()), weights_only=False)
-        if type(copy) is type(error) and str(copy) == str(error) and not _not_shipped_modules(pickled_modules(buf.getvalue())):
-            return copy
-    except Exception:
-        pass
-    return RuntimeError(str(error))
-
-
-def pickled_modules(blob):
-    """The modules whose names a torch.save'd blob refers to (it cannot load without them)."""
-    with zipfile.ZipFile(io.BytesIO(blob)) as z:
-        data = z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
-    modules, strings = set(), []
-    for op, arg, _ in pickletools.genops(data):
-        if op.name == "GLOBAL":
-            modules.add(arg.split(" ")[0])
-        elif op.name == "STACK_GLOBAL":
-            modules.add(strings[-2])
-        elif isinstance(arg, str):
-            strings.append(arg)
-    return modules
-
-
-def _not_shipped_modules(modules):
-    return {m for m in modules if m.split(".")[0] == REFERENCE or m.startswith("autograder.assignments")}
+from autograder.ship import ShipError, leaks, write_data, write_package
 
 
 # ---------------------------------------------------------------- notebooks
@@ -138,67 +47,6 @@ def student_notebook(nb):
     nb.cells = [cell for cell in nb.cells if cell.get("id") not in _repository_cells()
                 and "repository-only" not in cell.get("metadata", {}).get("tags", [])]
     return nb
-
-
-# ---------------------------------------------------------------- what must not ship
-
-
-def reference_sources():
-    """{what: source} of every exercise's reference and catalogued mistake."""
-    found = {}
-    for ex in registry.all_exercises():
-        for what, obj in [("reference", ex.reference)] + [(f"mistake {m.name}", m.impl) for m in ex.mistakes]:
-            for o in [obj] + closed_over(obj):
-                found[f"{ex.name}: {what} ({o.__module__}.{o.__qualname__})"] = source_of(o)
-    return found
-
-
-def closed_over(obj):
-    """What a factory function wraps (notebook 07's references are the solutions_lib classes, wrapped)."""
-    if not inspect.isfunction(obj):
-        return []
-    return [v for v in inspect.getclosurevars(obj).nonlocals.values() if inspect.isclass(v) or inspect.isfunction(v)]
-
-
-def code_lines(source):
-    """The stripped lines of some code without docstrings, comments and blank lines (text that is no
-    Python: its stripped lines)."""
-    source = textwrap.dedent(source)
-    lines, skip = source.splitlines(), set()
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        tree = None
-    for node in ast.walk(tree) if tree else []:
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                and isinstance(body[0].value.value, str):
-            skip |= set(range(body[0].lineno, body[0].end_lineno + 1))
-    kept = [line.split("#")[0].strip() for i, line in enumerate(lines, 1) if i not in skip]
-    return [line for line in kept if line]
-
-
-def texts(folder):
-    """{path: [text, ...]} of every file of `folder` a person can read: code, documents, notebooks' cells."""
-    found = {}
-    for path in sorted(Path(folder).rglob("*")):
-        if not path.is_file() or path.suffix == ".pt" or "__pycache__" in path.parts:
-            continue
-        if path.suffix == ".ipynb":
-            found[path] = [c.source for c in nbformat.read(path, as_version=4).cells]
-        else:
-            found[path] = [path.read_text(errors="replace")]
-    return found
-
-
-def leaks(folder):
-    """[(path, what)] for each reference or mistake whose code stands in a file of `folder`."""
-    files = {path: ["\n".join(code_lines(text)) for text in chunks] for path, chunks in texts(folder).items()}
-    found = []
-    for what, source in reference_sources().items():
-        code = "\n".join(code_lines(source))
-        found += [(path, what) for path, chunks in files.items() if any(code in chunk for chunk in chunks)]
-    return found
 
 
 # ---------------------------------------------------------------- building it
@@ -244,48 +92,11 @@ def build(root, dest, names=None, force=False, echo=print):
     return shipped
 
 
-def write_data(dest, name):
-    """autograder/data/NAME.pt of the distribution in `dest`: the checks of notebook `name`, computed in advance."""
-    with warnings.catch_warnings():  # some catalogued mistakes warn on purpose
-        warnings.simplefilter("ignore")
-        data = {"format": FORMAT, "exercises": [exercise_data(ex) for ex in registry.for_notebook(name)]}
-    path = Path(dest) / "autograder" / "data" / f"{name}.pt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(data, path)
-    return data
-
-
-def write_package(root, dest, without=()):
-    """The distribution's code in `dest`: the check machinery, and course_lib as in the repository
-    but for the definitions named in `without` (the grading sandbox's view of one notebook leaves
-    out the building blocks that are that notebook's own exercises)."""
-    package = dest / "autograder"
-    package.mkdir(parents=True, exist_ok=True)
-    for name in SHIPPED:
-        shutil.copy(Path(root) / "autograder" / name, package / name)
-    if not (Path(root) / HELPERS / "__init__.py").is_file():
-        raise ShipError(f"{Path(root) / HELPERS} is missing: the notebooks import it")
-    (dest / HELPERS).mkdir()
-    for path in sorted((Path(root) / HELPERS).glob("*.py")):
-        (dest / HELPERS / path.name).write_text(without_definitions(path.read_text(), without))
-    if (Path(root) / HELPERS / "data").is_dir():  # the texts notebooks read (notebook 10's Shakespeare)
-        shutil.copytree(Path(root) / HELPERS / "data", dest / HELPERS / "data")
-
-
 def runtime_dependencies(root):
     """The course package's own dependencies (pyproject.toml), which the distribution shares."""
     with open(Path(root) / "pyproject.toml", "rb") as f:
         return tomllib.load(f)["project"]["dependencies"]
 
-
-def without_definitions(source, names):
-    """Python source without its top-level functions and classes named in `names`."""
-    lines, drop = source.splitlines(keepends=True), set()
-    for stmt in ast.parse(source).body:
-        if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)) and stmt.name in names:
-            start = min([stmt.lineno] + [d.lineno for d in stmt.decorator_list])
-            drop |= set(range(start - 1, stmt.end_lineno))
-    return "".join(line for i, line in enumerate(lines) if i not in drop)
 
 
 PYPROJECT = """\

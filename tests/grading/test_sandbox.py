@@ -12,7 +12,7 @@ import pytest
 
 from autograder import registry
 from autograder.grading import sandbox, verdict, views
-from autograder.release import student_dist
+from autograder import ship
 from autograder.course import CourseError
 from autograder.grading.grade import Grader, read_problems
 from conftest import ROOT
@@ -83,7 +83,7 @@ def test_a_notebooks_view_has_the_student_side_and_none_of_its_exercises():
     assert "class MultiHeadAttention(" in blocks  # another notebook's building block stays
     assert sorted(p.name for p in (folder / "course_lib").glob("*.py")) == sorted(p.name for p in (ROOT / "course_lib").glob("*.py"))
     assert sorted(p.name for p in (folder / "autograder" / "data").iterdir()) == [f"{NAME}.pt"]
-    assert student_dist.leaks(folder) == []
+    assert ship.leaks(folder) == []
     assert views.view(ROOT, NAME) == folder  # built once
 
 

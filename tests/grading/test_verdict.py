@@ -158,7 +158,7 @@ def graded_in_process(notebook, code):
     import importlib
     import inspect
 
-    from autograder.release.student_dist import closed_over
+    from autograder.ship import closed_over
 
     lessons = [(closed_over(ex.reference) or [ex.reference])[0] for ex in registry.for_notebook(notebook)]
     namespace = {"__name__": "__main__"}

@@ -25,6 +25,7 @@ import course_lib.multihead
 import course_lib.positional
 import course_lib.transformer
 from autograder import registry
+from autograder import ship
 from autograder.release import student_dist
 from autograder.__main__ import main
 from autograder.check_notebook import execute
@@ -143,7 +144,7 @@ def test_precomputed_checks_agree_with_the_repository(notebook):
     for ex in registry.for_notebook(notebook):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            stored = exercise_from(student_dist.exercise_data(ex))
+            stored = exercise_from(ship.exercise_data(ex))
             assert check_exercise(stored, ex.reference).fraction == 1.0, ex.name
             for m in ex.mistakes:
                 here, there = check_exercise(ex, m.impl), check_exercise(stored, m.impl)
@@ -153,7 +154,7 @@ def test_precomputed_checks_agree_with_the_repository(notebook):
 
 def test_the_leak_check_finds_reference_code(tmp_path):
     (tmp_path / "copied.py").write_text((ROOT / "solutions_lib" / "attention.py").read_text().replace("solutions_lib", "x"))
-    found = {what for _, what in student_dist.leaks(tmp_path)}
+    found = {what for _, what in ship.leaks(tmp_path)}
     assert any(w.startswith("scaled_dot_product_attention: reference") for w in found)
     assert any(w.startswith("causal_mask: reference") for w in found)
 
@@ -189,17 +190,17 @@ def in_dist(dist, code, *args):
 @pytest.mark.slow
 def test_no_reference_solution_or_hidden_case_ships(dist):
     dest, _ = dist
-    assert student_dist.leaks(dest) == []
+    assert ship.leaks(dest) == []
     assert not any(p.name in ("solutions", "solutions_lib", "assignments") for p in dest.rglob("*"))
-    for path, chunks in student_dist.texts(dest).items():
+    for path, chunks in ship.texts(dest).items():
         assert not any("solutions_lib" in text or "BEGIN SOLUTION" in text for text in chunks), path
     for path in (dest / "autograder" / "data").glob("*.pt"):
         for stored in torch.load(path, weights_only=False)["exercises"]:
             public = [c.label for c in registry.get(stored["name"]).cases() if not c.hidden]
             assert [c["label"] for c in stored["cases"]] == public, stored["name"]
             for c in stored["cases"]:
-                assert not student_dist._not_shipped_modules(student_dist.pickled_modules(c["call"]))
-        assert not student_dist._not_shipped_modules(student_dist.pickled_modules(path.read_bytes()))
+                assert not ship._not_shipped_modules(ship.pickled_modules(c["call"]))
+        assert not ship._not_shipped_modules(ship.pickled_modules(path.read_bytes()))
 
 
 @pytest.mark.slow

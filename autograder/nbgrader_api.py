@@ -1,0 +1,37 @@
+"""nbgrader through its Python API, with the course's nbgrader_config.py: what releasing
+(autograder.release) and grading (autograder.grading) both do with it."""
+from __future__ import annotations
+
+import os
+
+from autograder.course import sqlite_url, tool_env
+
+
+def load_config(config_dir):
+    """The traitlets Config of the course's nbgrader_config.py in `config_dir`."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    return PyFileConfigLoader("nbgrader_config.py", path=str(config_dir)).load_config()
+
+
+def api_for(config_dir, **course_settings):
+    """An NbGraderAPI with the course's nbgrader_config.py and these CourseDirectory settings."""
+    from nbgrader.apps.api import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    os.environ.update(tool_env())  # nbgrader runs `alembic` and kernels from PATH
+    config = load_config(config_dir)
+    for key, value in course_settings.items():
+        setattr(config.CourseDirectory, key, value)
+    coursedir = CourseDirectory(config=config)
+    return NbGraderAPI(coursedir=coursedir, config=config)
+
+
+def generate_assignments(root, names, release_dir, db):
+    """`nbgrader generate_assignment` for each name; returns {name: (ok, log)}."""
+    api = api_for(root, root=str(root), release_directory=str(release_dir), db_url=sqlite_url(db))
+    out = {}
+    for name in names:
+        result = api.generate_assignment(name, force=True, create=True)
+        out[name] = (result["success"], result.get("log", "") + result.get("error", ""))
+    return out
