@@ -15,20 +15,46 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 
 # A notebook runs in seconds under grading; no cell of a correct submission
 # comes near this, while an endless loop at the top level of a cell is stopped
-# after it. (A check stops a learner's function after AUTOGRADER_CHECK_TIMEOUT
-# seconds, 60 by default, long before this.)
-c.Execute.timeout = int(os.environ.get("AUTOGRADER_CELL_TIMEOUT", "180"))
+# after it. (A check stops a learner's function after Limits.check_seconds.)
+c.Execute.timeout = int(os.environ.get("AUTOGRADER_CELL_TIMEOUT", "120"))
 c.Execute.interrupt_on_timeout = True
 c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:"]  # nbgrader's own default for Python kernels
+
+
+# Everything that crosses the sandbox's wall is checked and bounded where it crosses
+# (autograder.grading.limits); AUTOGRADER_<NAME> overrides a number (the tests shorten some).
+def limit(name, value):
+    return int(os.environ.get(f"AUTOGRADER_{name.upper()}", value))
+
+
+# Files in: a submission folder holds plain files and folders only (no link, device or pipe), or is
+# refused before anything copies it (autograder.grading.intake).
+c.Limits.submission_file_mb = limit("submission_file_mb", 20)
+c.Limits.submission_folder_mb = limit("submission_folder_mb", 50)
+c.Limits.submission_entries = limit("submission_entries", 200)
+# Time: a whole notebook, sleeping included, and each case of a check. A correct notebook
+# takes 5 to 30 s; the cells after the budget are not run and earn nothing.
+c.Limits.notebook_seconds = limit("notebook_seconds", 300)
+c.Limits.check_seconds = limit("check_seconds", 60)
+# Each process in the sandbox; its only writable storage is scratch_mb of memory.
+c.Limits.memory_mb = limit("memory_mb", 8192)
+c.Limits.cpu_seconds = limit("cpu_seconds", 900)
+c.Limits.processes = limit("processes", 256)
+c.Limits.scratch_mb = limit("scratch_mb", 512)
+# Results out: what a check cell sends (a typed format, autograder.wire), the grader's
+# comparison, and the outputs kept in the autograded notebook and the feedback.
+c.Limits.result_mb = limit("result_mb", 16)
+c.Limits.verdict_seconds = limit("verdict_seconds", 120)
+c.Limits.output_kb = limit("output_kb", 512)
+c.Limits.outputs_mb = limit("outputs_mb", 8)
 
 # Megabytes of printed output are cut to this many lines per cell.
 c.LimitOutput.max_lines = 1000
 c.LimitOutput.max_traceback = 100
 
 # Autograding runs each submission's kernel in a bubblewrap sandbox (autograder.grading.sandbox: no
-# reference, no other student, no gradebook, no network; limits on memory, CPU time, file size
-# and processes, set by AUTOGRADER_MEMORY_MB, AUTOGRADER_CPU_SECONDS, AUTOGRADER_FILE_MB and
-# AUTOGRADER_PROCESSES). The test cells' scores come from the comparison outside it
+# reference, no other student, no gradebook, no network; the limits above). The test cells'
+# scores come from the comparison outside it
 # (GradeChecks), so nbgrader's rule that a test cell writing to stderr gets 0 never applies
 # to them. Where the sandbox cannot start, `nbgrader autograde` stops here, before grading
 # anything; AUTOGRADER_NO_SANDBOX=1 grades anyway, for trusted work only.
@@ -44,8 +70,14 @@ from nbgrader.preprocessors import (  # noqa: E402
     SaveAutoGrades,
 )
 
-from autograder.grading import sandbox  # noqa: E402
+from autograder.grading import intake, sandbox  # noqa: E402
 from autograder.grading.nbgrader_ext import DeduplicateCells, GradeChecks, SandboxedExecute  # noqa: E402
+
+# A submission folder with a link, a device, a pipe or anything over the limits is refused before
+# anything copies it: by `nbgrader collect` out of the exchange, and by `nbgrader autograde`, which
+# then grades it as a notebook that says why (0 points).
+intake.guard()
+c.ExchangeFactory.collect = "autograder.grading.intake.Collect"
 
 if sys.argv[1:2] == ["autograde"] and sandbox.enabled() and sandbox.problem():
     sys.exit(f"[nbgrader_config.py] cannot autograde: {sandbox.problem()}")

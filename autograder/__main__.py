@@ -97,7 +97,12 @@ def run(args):
         if args.jobs < 1:
             raise CourseError("--jobs must be at least 1")
         grader = Grader(args.course, sandboxed=not args.no_sandbox)
-        graded, skipped, failed = grader.run(jobs=args.jobs, force=args.force, progress=not args.no_progress)
+        try:
+            graded, skipped, failed = grader.run(jobs=args.jobs, force=args.force, progress=not args.no_progress)
+        except KeyboardInterrupt:
+            print("\nstopped: every grading process has ended; what was graded is kept, and `grade` again goes on from there",
+                  file=sys.stderr)
+            return 130
         print(f"graded {len(graded)}, unchanged {len(skipped)}, failed {len(failed)}")
         print(summary(grader.course))
         print(f"\ngrades: {grader.course / 'grades.csv'}   feedback: {grader.course / 'feedback'}")

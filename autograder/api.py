@@ -79,8 +79,8 @@ def explain(report, passed):
         what = "outputs and gradients match" if any(r.case.grad for r in report.results) else "outputs match"
         lines = [f"✔ {ex.name}: {_pts(ex.points)}/{_pts(ex.points)} points, {n} cases: {what}."]
         if report.through:
-            lines.append(f"  It is right on its own: it was checked with the mistake of your {', '.join(report.through)}, "
-                         "which costs points there only. Fix that, and this works as it is.")
+            lines.append(f"  It is right on its own: it was checked with the reference's answers in place of your "
+                         f"{', '.join(report.through)}, which costs points there only. Fix that, and this works as it is.")
         return lines, ""
     if report.not_implemented:
         reason = f"{ex.name} is not implemented yet"

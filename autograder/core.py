@@ -13,6 +13,7 @@ import math
 import os
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -158,16 +159,23 @@ class Report:
 
 
 @contextlib.contextmanager
-def time_limit(seconds):
-    """Stop the learner's code after `seconds` (main thread on Unix only)."""
+def time_limit(seconds, error=None):
+    """Stop the code inside after `seconds` (main thread on Unix only), raising `error` (by default a
+    CheckTimeout). A limit inside another keeps the other: it never extends it, and the outer one still
+    fires on time."""
     usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     if not usable or seconds is None:
         yield
         return
+    outer_left = signal.getitimer(signal.ITIMER_REAL)[0]
+    if outer_left and outer_left <= seconds:  # the enclosing limit comes first: it alone stands
+        yield
+        return
 
     def on_alarm(signum, frame):
-        raise CheckTimeout(f"did not finish within {seconds:g} s (an endless loop?)")
+        raise error if error is not None else CheckTimeout(f"did not finish within {seconds:g} s (an endless loop?)")
 
+    start = time.monotonic()
     old = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
@@ -175,6 +183,8 @@ def time_limit(seconds):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        if outer_left:
+            signal.setitimer(signal.ITIMER_REAL, max(outer_left - (time.monotonic() - start), 1e-3))
 
 
 def _tensors_in(obj):

@@ -4,21 +4,39 @@ The grader (autograder.grading.verdict) wrote every case's inputs, hidden ones
 included, to the file named by AUTOGRADER_CASES, and compares what comes back
 with the reference outside the sandbox. Nothing here knows an expected output,
 so nothing the learner's code does here can earn a point its own results do not.
+
+Each check runs the learner's code in a child process (`isolated`): whatever that
+code prints, displays or keeps while a case runs dies with the child, so no case's
+inputs reach a later cell, the autograded notebook or the feedback. What comes
+back crosses as autograder.wire's plain values.
+
+An exercise that uses earlier ones of its notebook runs a second time with those
+replaced by stand-ins (`Served`) that answer with the reference's answers, from the
+grader (autograder.grading.replay) over the socket AUTOGRADER_ORACLE, for exactly
+the calls the reference itself makes on that case: the grader judges it on its own
+code when an earlier exercise is wrong, and code that only calls the earlier one
+gets nothing from it.
 """
 import base64
 import contextlib
 import functools
 import io
 import os
+import select
+import signal
+import socket
+import struct
 import sys
+import time
 
 import torch
 
-from autograder import core
+from autograder import core, wire
 
 CASES = "AUTOGRADER_CASES"
+ORACLE = "AUTOGRADER_ORACLE"
 MIME = "application/vnd.seqcourse.outcomes+base64"
-MAX_BYTES = 64 * 2**20  # a result larger than this is not sent back
+MAX_BYTES = int(os.environ.get("AUTOGRADER_RESULT_MB", "16")) * 2**20  # a larger result is not sent back
 
 _exercises = None
 
@@ -28,30 +46,49 @@ def grading():
     return bool(os.environ.get(CASES))
 
 
-def outcomes(name, obj, namespace=None):
-    """{"outcomes": what `obj` computes on each of exercise `name`'s cases, as plain data,
-    "used": the exercises it uses that it reached through the notebook's names while doing so}."""
+def _exercise(name):
     global _exercises
     if _exercises is None:
         _exercises = torch.load(os.environ[CASES], weights_only=False)
-    ex = _exercises[name]
+    return _exercises[name]
+
+
+def outcomes(name, obj, namespace=None, oracle=None):
+    """{"outcomes": what `obj` computes on each of exercise `name`'s cases, as plain data,
+    "used": the exercises it uses that it reached through the notebook's names while doing so,
+    "replayed": its outcomes with those answered by the reference (None when it used none)}."""
+    ex = _exercise(name)
+    namespace = vars(sys.modules["__main__"]) if namespace is None else namespace
+    found, used = _run(ex, name, obj, namespace, {})
+    replayed = None
+    oracle = oracle or (Oracle.connect() if used else None)
+    if used and oracle is not None:
+        with contextlib.closing(oracle):
+            if oracle.ask({"op": "wrong", "exercise": name, "used": sorted(used)}).get("wrong"):  # else nothing to judge again
+                replayed, _ = _run(ex, name, obj, namespace, {n: oracle for n in ex["depends_on"]})
+    return {"outcomes": found, "used": sorted(used), "replayed": replayed}
+
+
+def _run(ex, name, obj, namespace, served):
     found, used = [], set()
-    with watching(vars(sys.modules["__main__"]) if namespace is None else namespace, ex["depends_on"], used):
-        for blob, grad, weights in ex["cases"]:
+    with watching(namespace, ex["depends_on"], used, served, name):
+        for i, (blob, grad, weights) in enumerate(ex["cases"]):
             call = core.restored_call(torch.load(io.BytesIO(blob), weights_only=False))
+            Served.case = i
             o = core.run_call(ex["kind"], ex["train_mode"], obj, call, grad, weights, core.DEFAULT_TIMEOUT_S, ex["state_after"])
             found.append(core.outcome_to_plain(o))
             if isinstance(o.error, (NotImplementedError, core.CheckTimeout)):
                 break  # the comparison stops at such a case too
-    return {"outcomes": found, "used": sorted(used)}
+    return found, used
 
 
 @contextlib.contextmanager
-def watching(namespace, names, used):
-    """For a while, the notebook's `names` (earlier exercises) note in `used` when they are called."""
+def watching(namespace, names, used, served=None, exercise=""):
+    """For a while, the notebook's `names` (earlier exercises) note in `used` when they are called;
+    those in `served` are replaced by the reference's answers from that oracle."""
     saved = {n: namespace[n] for n in names if callable(namespace.get(n))}
     for n, obj in saved.items():
-        namespace[n] = _noting(n, obj, used)
+        namespace[n] = _noting(n, Served.stand_in(n, obj, served[n], exercise) if n in served else obj, used)
     try:
         yield
     finally:
@@ -74,16 +111,296 @@ def _noting(name, obj, used):
     return noted
 
 
+# ---------------------------------------------------------------- a check, in a child process
+
+
+def isolated(work, seconds):
+    """work()'s bytes, computed in a child process that keeps nothing: it prints, displays and writes
+    no file, and whatever it leaves in memory dies with it. The child is stopped after `seconds`."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 0
+        try:
+            os.close(r)
+            _quiet()
+            data = work()
+            with open(w, "wb", closefd=True) as out:
+                out.write(data)
+        except BaseException:  # noqa: BLE001 (a learner's code may raise anything, even SystemExit)
+            code = 1
+        os._exit(code)
+    os.close(w)
+    chunks, size, deadline = [], 0, time.monotonic() + seconds
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([r], [], [], left)[0]:
+                raise core.CheckTimeout(f"did not finish within {seconds:g} s (an endless loop?)")
+            chunk = os.read(r, 2**20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_BYTES:
+                raise RuntimeError(f"its results are larger than {MAX_BYTES / 2**20:g} MB")
+    finally:
+        os.close(r)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    if not chunks:
+        raise RuntimeError("the check's process ended without a result (os._exit, a crash, or a resource limit)")
+    return b"".join(chunks)
+
+
+def _quiet():
+    """In the child: nothing reaches the notebook (stdout, stderr, displays), and no file is written."""
+    import resource
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    sys.stdout = sys.stderr = open(devnull, "w")
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    with contextlib.suppress(ImportError):
+        from ipykernel.iostream import OutStream  # the kernel's own streams, which other objects still hold
+
+        OutStream.write = lambda self, text: len(text)
+        OutStream.flush = lambda self: None
+    with contextlib.suppress(ImportError):
+        from IPython.core.interactiveshell import InteractiveShell
+
+        if InteractiveShell.initialized():
+            shell = InteractiveShell.instance()
+            shell.display_pub.publish = lambda *a, **k: None
+            type(shell).clear_instance()  # display() then prints, to nowhere
+    torch.set_num_threads(1)  # the parent's thread pool does not survive fork
+
+
 def encode(data):
-    buf = io.BytesIO()
-    torch.save(data, buf)
-    if buf.tell() > MAX_BYTES:
-        return encode([{"error": ("ValueError", f"its result is too large to grade ({buf.tell() / 2**20:.0f} MB)")}])
-    return base64.b64encode(buf.getvalue()).decode()
+    try:
+        return base64.b64encode(wire.encode(data, MAX_BYTES)).decode()
+    except wire.WireError as e:
+        return base64.b64encode(wire.encode([{"error": ("ValueError", f"its result could not be sent: {e}")}])).decode()
 
 
 def record(name, obj):
     """The test cell's work under grading: show the grader what `obj` computes."""
     from IPython.display import display
 
-    display({MIME: encode(outcomes(name, obj)), "text/plain": f"{name}: results sent to the grader"}, raw=True)
+    seconds = core.DEFAULT_TIMEOUT_S * (len(_exercise(name)["cases"]) * 2 + 1)
+    try:
+        blob = isolated(lambda: wire.encode(outcomes(name, obj), MAX_BYTES), seconds)
+    except (core.CheckTimeout, RuntimeError) as e:
+        blob = wire.encode({"outcomes": [{"error": (type(e).__name__, str(e))}], "used": [], "replayed": None})
+    display({MIME: base64.b64encode(blob).decode(), "text/plain": f"{name}: results sent to the grader"}, raw=True)
+
+
+# ---------------------------------------------------------------- the reference's answers, served
+
+
+def portable(x):
+    """A call's argument as plain values: a generator as its state, another object as its attributes."""
+    if isinstance(x, torch.Tensor):
+        return x.detach()
+    if isinstance(x, (list, tuple)):
+        return type(x)(portable(v) for v in x)
+    if isinstance(x, dict):
+        return {k: portable(v) for k, v in x.items()}
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, torch.Generator):
+        return {"__generator__": x.get_state()}
+    if isinstance(x, (torch.dtype, torch.device)):
+        return {"__torch__": str(x)}
+    if isinstance(x, torch.nn.Module) or not hasattr(x, "__dict__"):
+        raise Unservable(f"an argument of type {type(x).__name__}")
+    return {"__object__": type(x).__qualname__, "vars": portable(vars(x))}
+
+
+def restore(x, after):
+    """Give the generators and objects among a call's arguments the state the reference left them in."""
+    for obj, state in zip(_stateful(x), after):
+        if isinstance(obj, torch.Generator):
+            obj.set_state(state)
+        else:
+            vars(obj).update(state)
+
+
+def _stateful(x):
+    if isinstance(x, (list, tuple)):
+        return [s for v in x for s in _stateful(v)]
+    if isinstance(x, dict):
+        return [s for v in x.values() for s in _stateful(v)]
+    if isinstance(x, torch.Generator) or not (x is None or isinstance(x, (torch.Tensor, bool, int, float, str, torch.dtype, torch.device))):
+        return [x]
+    return []
+
+
+class Unservable(Exception):
+    pass
+
+
+class Oracle:
+    """The grader's end of the reference's answers: a request and its answer, plain values each way."""
+
+    def __init__(self, sock):
+        self.sock = sock
+
+    @classmethod
+    def connect(cls):
+        path = os.environ.get(ORACLE)
+        if not path:
+            return None
+        sock = socket.socket(socket.AF_UNIX)
+        try:
+            sock.connect(path)
+        except OSError:
+            sock.close()
+            return None
+        return cls(sock)
+
+    def ask(self, request):
+        data = wire.encode(request, MAX_BYTES)
+        self.sock.sendall(struct.pack("<Q", len(data)) + data)
+        (n,) = struct.unpack("<Q", _read(self.sock, 8))
+        if n > MAX_BYTES:
+            raise Unservable("the grader's answer is too large")
+        return wire.decode(_read(self.sock, n), MAX_BYTES)
+
+    def close(self):
+        self.sock.close()
+
+
+def _read(sock, n):
+    chunks = []
+    while n:
+        chunk = sock.recv(min(n, 2**20))
+        if not chunk:
+            raise Unservable("the grader closed the connection")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+class Served(torch.autograd.Function):
+    """The reference's answer to one call, with gradients from the reference too (asked for in backward)."""
+
+    case = 0  # the case being run: the grader serves that case's calls only
+
+    @staticmethod
+    def forward(ctx, oracle, call_id, n_inputs, *tensors):
+        ctx.oracle, ctx.call_id, ctx.n_inputs = oracle, call_id, n_inputs
+        return tuple(t.clone() for t in tensors[n_inputs:])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        answer = ctx.oracle.ask({"op": "vjp", "id": ctx.call_id, "grads": [g.detach() for g in grads]})
+        return (None, None, None, *answer["grads"], *[None] * len(grads))
+
+    @staticmethod
+    def answer(oracle, request, inputs):
+        """Ask for a call's answer; its float tensors carry gradients back to `inputs` through the reference."""
+        reply = oracle.ask(request)
+        if "miss" in reply:
+            raise Unservable(reply["miss"])
+        result = reply["result"]
+        outs = core._tensors_in(result)
+        floats = [o for o in outs if o.is_floating_point()]
+        if floats and torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+            new = iter(Served.apply(oracle, reply["id"], len(inputs), *inputs, *floats))
+            result = _replace(result, {id(o): next(new) for o in floats})
+        return result, reply.get("after", [])
+
+    @staticmethod
+    def stand_in(name, own, oracle, exercise):
+        """What the learner's code finds under `name` while it is judged on its own: the reference's answers."""
+        def ask(op, **fields):
+            return {"op": op, "exercise": exercise, "case": Served.case, "dep": name, **fields}
+
+        if isinstance(own, type) and issubclass(own, torch.nn.Module):
+            return _served_module(name, own, oracle, ask)
+        if isinstance(own, type):
+            return _served_object(name, oracle, ask)
+
+        def served(*args, **kwargs):
+            inputs = [t for t in core._tensors_in((args, kwargs)) if t.is_floating_point()]
+            result, after = Served.answer(oracle, ask("call", args=portable(args), kwargs=portable(kwargs)), inputs)
+            restore((args, kwargs), after)
+            return result
+
+        return served
+
+
+def _replace(x, new):
+    if isinstance(x, torch.Tensor):
+        return new.get(id(x), x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_replace(v, new) for v in x)
+    if isinstance(x, dict):
+        return {k: _replace(v, new) for k, v in x.items()}
+    return x
+
+
+def _served_module(name, own, oracle, ask):
+    def __init__(self, *args, **kwargs):
+        torch.nn.Module.__init__(self)
+        spec = oracle.ask(ask("build", args=portable(args), kwargs=portable(kwargs)))
+        if "miss" in spec:
+            raise Unservable(spec["miss"])
+        for key, value, is_parameter in spec["state"]:
+            owner = self
+            *path, leaf = key.split(".")
+            for part in path:
+                if part not in owner._modules:
+                    owner.add_module(part, torch.nn.Module())
+                owner = owner._modules[part]
+            if is_parameter:
+                owner.register_parameter(leaf, torch.nn.Parameter(value))
+            else:
+                owner.register_buffer(leaf, value)
+
+    def forward(self, *args, **kwargs):
+        named = list(self.named_parameters())
+        inputs = [t for t in core._tensors_in((args, kwargs)) if t.is_floating_point()] + [p for _, p in named]
+        request = ask("call", args=portable(args), kwargs=portable(kwargs), state=portable(dict(self.state_dict())),
+                      training=self.training, params=[n for n, _ in named])
+        result, after = Served.answer(oracle, request, inputs)
+        restore((args, kwargs), after)
+        return result
+
+    return type(own.__name__, (torch.nn.Module,), {"__init__": __init__, "forward": forward, "__module__": own.__module__})
+
+
+def _served_object(name, oracle, ask):
+    """A class that is not a module (a cache, say): its attributes and methods answer as the reference's
+    instance did in the same state."""
+    def __init__(self, *args, **kwargs):
+        reply = oracle.ask(ask("build", args=portable(args), kwargs=portable(kwargs)))
+        if "miss" in reply:
+            raise Unservable(reply["miss"])
+        object.__setattr__(self, "_state", reply["state"])
+
+    def __getattr__(self, attr):
+        if attr.startswith("__") or attr == "_state":
+            raise AttributeError(attr)
+        reply = oracle.ask(ask("get", state=self._state, name=attr))
+        if "miss" in reply:
+            raise AttributeError(f"{name}.{attr}: {reply['miss']}")
+        if not reply.get("callable"):
+            return reply["value"]
+
+        def method(*args, **kwargs):
+            inputs = [t for t in core._tensors_in((args, kwargs)) if t.is_floating_point()]
+            request = ask("call", state=self._state, method=attr, args=portable(args), kwargs=portable(kwargs))
+            result, after = Served.answer(oracle, request, inputs)
+            restore((args, kwargs), after[1:])
+            object.__setattr__(self, "_state", after[0])
+            return result
+
+        return method
+
+    return type(name, (), {"__init__": __init__, "__getattr__": __getattr__})
+

@@ -13,22 +13,27 @@ older than the gradebook, and a run killed halfway resumes.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
+import dataclasses
 import difflib
+import hashlib
 import html
 import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import nbformat
 
-from autograder.grading import gradebook, sandbox, views
+from autograder.grading import gradebook, intake, limits, sandbox, views
 from autograder.course import CourseError, assignments, digest, find_root, sqlite_url, tool_env
 from autograder.grading.nbgrader_jobs import RESULT_PREFIX
 from autograder.nbgrader_api import api_for, generate_assignments
@@ -36,15 +41,37 @@ from autograder.nbgrader_api import api_for, generate_assignments
 STATE = ".autograder"
 
 
-def _read_results(proc, events):
+def _read_results(index, proc, events):
     for line in proc.stdout:
         if line.startswith(RESULT_PREFIX):
-            events.put(json.loads(line[len(RESULT_PREFIX):]))
-    events.put(None)
+            events.put((index, proc, json.loads(line[len(RESULT_PREFIX):])))
+    events.put((index, proc, None))
+
+
+@dataclasses.dataclass
+class _Worker:
+    proc: subprocess.Popen
+    log: object
+    share: list  # the submissions it has still to report, in its order
+    since: float  # when it started on the first of them
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _stop(worker):
+    """Stop a worker and what it started (its sandboxes die with it), and wait for it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(worker.proc.pid, signal.SIGKILL)
+    worker.proc.wait()
+    worker.log.close()
+
 
 
 def _files(folder):
-    return [p for p in Path(folder).rglob("*") if p.is_file() and ".ipynb_checkpoints" not in p.parts]
+    """A submission folder's plain files (autograder.grading.intake has refused it if it holds anything else)."""
+    return [Path(here, name) for here, dirs, files in os.walk(folder) for name in files if ".ipynb_checkpoints" not in Path(here).parts]
 
 
 def course_dir_for(path):
@@ -70,6 +97,8 @@ class Grader:
         self.known = assignments(self.root)
         self.log = log
         self.sandboxed = sandboxed
+        self.limits = limits.load(self.root)
+        self.refused = {}  # (student, assignment): why autograder.grading.intake refused it
 
     # ---------------------------------------------------------------- bookkeeping
     def fingerprint(self, name):
@@ -97,18 +126,27 @@ class Grader:
         folders under submitted/ that are no assignment."""
         found, strays, fingerprints = {}, {}, {}
         for student_dir in sorted((self.course / "submitted").iterdir()):
-            if not student_dir.is_dir() or student_dir.name.startswith("."):
+            if student_dir.name.startswith(".") or not student_dir.is_dir():
                 continue
-            for a_dir in sorted(p for p in student_dir.iterdir() if p.is_dir()):
+            if student_dir.is_symlink():  # nothing of it is read: its target may be anywhere
+                self.log(f"submitted/{intake.shown(student_dir.name)} is a link, not a folder: not graded")
+                continue
+            for a_dir in sorted(p for p in student_dir.iterdir() if p.is_dir() or p.is_symlink()):
                 name = a_dir.name
                 if name not in self.known:
                     close = difflib.get_close_matches(name, self.known, n=1, cutoff=0.6)
                     hint = f"; did you mean {close[0]}?" if close else f"; the assignments are {', '.join(self.known)}"
-                    strays[(student_dir.name, name)] = f"submitted as {name!r}, which is no assignment" + hint
+                    strays[(student_dir.name, name)] = f"submitted as {intake.shown(name)}, which is no assignment" + hint
                     continue
                 if name not in fingerprints:
                     fingerprints[name] = self.fingerprint(name)
-                found[(student_dir.name, name)] = digest(_files(a_dir)) + ":" + fingerprints[name]
+                refused = intake.problem(a_dir, self.limits)
+                if refused:  # keyed by what its entries are, none of them opened
+                    self.refused[(student_dir.name, name)] = refused
+                    files = hashlib.sha256((refused + intake.listing(a_dir)).encode()).hexdigest()
+                else:
+                    files = digest(_files(a_dir))
+                found[(student_dir.name, name)] = files + ":" + fingerprints[name]
         return found, strays
 
     # ---------------------------------------------------------------- nbgrader
@@ -146,22 +184,41 @@ class Grader:
             "course": str(self.course),
             "source": str(self.root / "solutions"),
             "items": items,
+            "parent": os.getpid(),  # the worker dies with it (nbgrader_jobs)
         }))
-        log = open(self.state / f"worker-{index}.log", "w")
+        log = open(self.state / f"worker-{index}.log", "a")
         env = tool_env()
         if not self.sandboxed:
             env[sandbox.NO_SANDBOX] = "1"
         if jobs > 1:  # J kernels at a time already fill the cores; more threads each only fight
             env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
         proc = subprocess.Popen(
-            [sys.executable, "-m", "autograder.grading.nbgrader_jobs", str(jobfile)],
-            cwd=self.course, env=env, stdout=subprocess.PIPE, stderr=log, text=True,
+            self.worker_command(jobfile), cwd=self.course, env=env, stdout=subprocess.PIPE, stderr=log, text=True,
+            start_new_session=True,
         )
         return proc, log
 
+    def worker_command(self, jobfile):
+        return [sys.executable, "-m", "autograder.grading.nbgrader_jobs", str(jobfile)]
+
+    def deadline(self):
+        """Seconds a worker may spend on one submission before it is stopped: the notebook's budget, the
+        grader's comparison's, and two minutes for starting the kernel, nbgrader and the feedback."""
+        return self.limits.notebook_seconds + self.limits.verdict_seconds + 120
+
     # ---------------------------------------------------------------- the run
     def run(self, jobs=1, force=False, progress=True):
-        """Grade what changed; return (graded, skipped, failed) lists of (student, assignment)."""
+        """Grade what changed; return (graded, skipped, failed) lists of (student, assignment).
+        SIGTERM stops it as Ctrl-C does: every worker and sandbox stopped, what was graded kept."""
+        if threading.current_thread() is not threading.main_thread():
+            return self._run(jobs, force, progress)
+        old = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            return self._run(jobs, force, progress)
+        finally:
+            signal.signal(signal.SIGTERM, old)
+
+    def _run(self, jobs, force, progress):
         if self.sandboxed:
             sandbox.require()  # before anything is graded
         self.state.mkdir(parents=True, exist_ok=True)
@@ -207,56 +264,84 @@ class Grader:
         return (self.course / "autograded" / key[0] / key[1] / f"{key[1]}.ipynb").exists()
 
     def _grade(self, todo, jobs, subs, manifest, graded, failed, progress):
+        """Grade `todo` with J worker processes. A worker that takes longer than `deadline()` on one submission
+        is stopped (that submission gets 0 and the reason) and another takes over the rest of its share;
+        stopping `grade` (Ctrl-C, SIGTERM, or its death) stops every worker and their sandboxes."""
         done, problems, notes = manifest["graded"], manifest["problems"], manifest["notes"]
         templates = self.templates(sorted({name for _, name in todo}))
         for student, name in todo:
             db = self.own_gradebook(student, name)
             db.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(templates[name], db)  # a fresh gradebook: a half-graded one is never reused
-        groups = [todo[i::jobs] for i in range(min(jobs, len(todo)))]
-        events = queue.Queue()
-        workers = []
-        for i, group in enumerate(groups):
-            items = [[s, a, str(self.own_gradebook(s, a))] for s, a in group]
-            proc, log = self._start_worker(i, items, len(groups))
-            threading.Thread(target=_read_results, args=(proc, events), daemon=True).start()
-            workers.append((proc, log, group))
-        bar = _progress(len(todo), progress)
-        remaining, seen = len(workers), set()
-        while remaining:
-            event = events.get()
-            if event is None:
-                remaining -= 1
-                continue
-            key = (event["student"], event["assignment"])
-            seen.add(key)
-            if event["ok"]:
-                done["/".join(key)] = subs[key]
-                graded.append(key)
-                if not self.sandboxed:
-                    notes["/".join(key)] = sandbox.UNSAFE_NOTE
-            else:
-                done.pop("/".join(key), None)
-                problems["/".join(key)] = "nbgrader could not grade it: " + _last_error(event["log"])
-                failed.append(key)
-                self.log(f"nbgrader failed on {key[0]}/{key[1]}:\n{event['log']}")
+        shares = [todo[i::jobs] for i in range(min(jobs, len(todo)))]
+        events, workers, limit = queue.Queue(), {}, self.deadline()
+
+        def start(i, share):
+            proc, log = self._start_worker(i, [[s, a, str(self.own_gradebook(s, a))] for s, a in share], len(shares))
+            threading.Thread(target=_read_results, args=(i, proc, events), daemon=True).start()
+            workers[i] = _Worker(proc, log, list(share), time.monotonic())
+
+        def lost(key, reason):
+            done.pop("/".join(key), None)
+            problems["/".join(key)] = reason
+            failed.append(key)
             self.save_manifest(manifest)
             bar.update(1)
-        bar.close()
-        for proc, log, group in workers:
-            proc.wait()
-            log.close()
-            lost = [key for key in group if key not in seen]
-            if lost:
-                failed += lost
-                for key in lost:
-                    problems["/".join(key)] = f"grading stopped early (exit {proc.returncode}); run grade again"
-                self.log(f"a grading process stopped early (exit {proc.returncode}); see {log.name}")
+
+        bar = _progress(len(todo), progress)
+        try:
+            for i, share in enumerate(shares):
+                start(i, share)
+            while workers:
+                try:
+                    i, proc, event = events.get(timeout=1)
+                except queue.Empty:
+                    i = proc = event = None
+                for j, w in list(workers.items()):  # a submission past its deadline: stop its worker, go on without it
+                    if w.share and time.monotonic() - w.since > limit:
+                        _stop(w)
+                        del workers[j]
+                        lost(w.share[0], f"grading did not finish within {limit} s; not graded (0 points)")
+                        self.log(f"{w.share[0][0]}/{w.share[0][1]}: grading did not finish within {limit} s; stopped")
+                        if w.share[1:]:
+                            start(j, w.share[1:])
+                w = workers.get(i)
+                if w is None or w.proc is not proc:
+                    continue  # nothing, or a stopped worker's last words
+                if event is None:  # the worker ended: whatever it did not report was not graded
+                    _stop(w)
+                    del workers[i]
+                    for key in w.share:
+                        lost(key, f"grading stopped early (exit {w.proc.returncode}); run grade again")
+                    if w.share:
+                        self.log(f"a grading process stopped early (exit {w.proc.returncode}); see {w.log.name}")
+                    continue
+                key = (event["student"], event["assignment"])
+                if key not in w.share:
+                    continue
+                w.share.remove(key)
+                w.since = time.monotonic()
+                if event["ok"]:
+                    done["/".join(key)] = subs[key]
+                    graded.append(key)
+                    if not self.sandboxed:
+                        notes["/".join(key)] = sandbox.UNSAFE_NOTE
+                    self.save_manifest(manifest)
+                    bar.update(1)
+                else:
+                    lost(key, "nbgrader could not grade it: " + _last_error(event["log"]))
+                    self.log(f"nbgrader failed on {key[0]}/{key[1]}:\n{event['log']}")
+        finally:
+            for w in workers.values():
+                _stop(w)
+            bar.close()
 
     def precheck(self, student, name):
         """Why a submission cannot be graded at all, or '' when nbgrader can take it."""
         folder = self.course / "submitted" / student / name
         path = folder / f"{name}.ipynb"
+        if (student, name) in self.refused:
+            return self.refused[(student, name)]
         if not path.is_file():
             found = ", ".join(sorted(p.name for p in folder.glob("*.ipynb"))) or "no notebook"
             return f"{name}.ipynb is missing (found: {found})"
@@ -282,8 +367,9 @@ class Grader:
         for stem in sorted({p.stem for p in submitted.glob("*.ipynb")} or {folder}):
             (out / f"{stem}.html").write_text(PROBLEM_PAGE.format(assignment=html.escape(folder), reason=html.escape(reason)))
         for extra in ("timestamp.txt", "submission_secret.txt"):  # what nbgrader's release_feedback needs
-            if (submitted / extra).is_file():
-                shutil.copy(submitted / extra, out / extra)
+            data = intake.read_small(submitted / extra)
+            if data is not None:
+                (out / extra).write_bytes(data)
 
     def refresh_feedback(self, keys, manifest, force=()):
         """Generate again the feedback that is missing or older than the gradebook (manual grades, say)."""

@@ -5,6 +5,8 @@ GradeChecks writes every check cell's outcome from the comparison on the
 grader's side (autograder.grading.verdict), so plain `nbgrader autograde` and
 `python -m autograder grade` grade the same way.
 """
+import json
+import time
 from pathlib import Path
 
 from nbclient.exceptions import DeadKernelError
@@ -15,24 +17,34 @@ from nbgrader.preprocessors import DeduplicateIds, Execute, NbGraderPreprocessor
 
 
 class SandboxedExecute(Execute):
-    """nbgrader's Execute, with the kernel inside the submission's sandbox. A kernel that dies or
-    stops answering (os._exit, a crash, a resource limit) costs only the cells from there on: they
-    get an error output saying why, and the notebook is still graded."""
+    """nbgrader's Execute, with the kernel inside the submission's sandbox, under the notebook's budget
+    of wall-clock time (Limits.notebook_seconds), keeping bounded outputs only. A kernel that dies or
+    stops answering (os._exit, a crash, a resource limit) costs only the cells from there on, and so
+    does running out of time: they get an error output saying why, and the notebook is still graded."""
 
     root = Unicode("", help="The course repository (nbgrader_config.py sets it).").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
-        from autograder.grading import sandbox, verdict, views
         from autograder.course import find_root
+        from autograder.grading import replay, sandbox, verdict, views
+        from autograder.grading.limits import Limits
 
         sandboxed = sandbox.enabled()
         sandbox.require()
+        self.limits = Limits(parent=self)
+        self.store_widget_state = False
         root = Path(self.root) if self.root else find_root()
         name = resources["nbgrader"]["notebook"]
         folder = Path(resources["metadata"]["path"])
-        self._sandbox = sandbox.Sandbox(views.view(root, name) if sandboxed else None, folder, verdict.cases_for(name),
+        self._sandbox = sandbox.Sandbox(views.view(root, name) if sandboxed else None, folder, verdict.cases_for(name), self.limits,
                                         hide=[root, folder.parents[2] if len(folder.parents) > 2 else folder], sandboxed=sandboxed)
-        self._died_in = None
+        # each check cell is judged as soon as it ran, so that the reference's answers are served to a later
+        # exercise only where an earlier one it uses is wrong; GradeChecks then writes these verdicts
+        self._verdicts = resources.setdefault("autograder_verdicts", {})  # {cell index: (Report or None, why)}
+        self._reports = {}
+        self._oracle = replay.Oracle(name, self._reports)
+        self._oracle.serve(self._sandbox.oracle_socket, self.limits.result_mb * 2**20)
+        self._died_in, self._why, self._started, self._kept, self._cell_timeout = None, "", None, 0, self.timeout
         try:
             return super().preprocess(nb, resources, km)
         except Exception as e:
@@ -43,6 +55,8 @@ class SandboxedExecute(Execute):
             self.log.warning("ignoring %s while stopping a broken kernel", type(e).__name__)
             return nb, resources
         finally:
+            self.timeout = self._cell_timeout
+            self._oracle.close()
             self._sandbox.close()
 
     def create_kernel_manager(self):
@@ -50,12 +64,21 @@ class SandboxedExecute(Execute):
         return self.km
 
     def preprocess_cell(self, cell, resources, index):
+        if self._died_in is None and cell.cell_type == "code":
+            self._started = self._started or time.monotonic()
+            left = self.limits.notebook_seconds - (time.monotonic() - self._started)
+            if left < 1:
+                self._died_in, self._why = index, f"not run: the notebook used up its {self.limits.notebook_seconds} s"
+                self.log.warning("the notebook used up its %d s in cell %d", self.limits.notebook_seconds, index)
+            self.timeout = max(1, min(self._cell_timeout, int(left)))
         if self._died_in is not None:
             if cell.cell_type == "code":
-                cell.outputs = [_error("KernelDied", f"not run: the kernel died in cell {self._died_in + 1}")]
+                cell.outputs = [_error("KernelDied" if not self._why else "OutOfTime", self._why or f"not run: the kernel died in cell {self._died_in + 1}")]
             return cell, self.resources
         try:
-            return super().preprocess_cell(cell, resources, index)
+            cell, resources = super().preprocess_cell(cell, resources, index)
+            self._judge(cell, index)
+            return cell, resources
         except Exception as e:
             # CellTimeoutError reaches here only when the kernel stopped sending output
             # altogether (an ordinary timeout is recorded in the cell by nbclient); any
@@ -66,14 +89,104 @@ class SandboxedExecute(Execute):
             self.log.warning("kernel %s in cell %d; the remaining cells are marked as not run", how, index + 1)
             return cell, self.resources
 
+    def _judge(self, cell, index):
+        from autograder import core
+        from autograder.grading import verdict
+
+        ex = verdict.exercise_of(cell)
+        if ex is None:
+            return
+        try:
+            with core.time_limit(self.limits.verdict_seconds, verdict.OutOfTime()):
+                report, why = verdict.verdict(ex, cell, self._reports, self.limits.result_mb * 2**20)
+        except verdict.OutOfTime:
+            report, why = None, f"the grader's comparison did not finish within its {self.limits.verdict_seconds} s"
+        self._verdicts[index] = (report, why)
+        if report is not None:
+            self._reports[ex.name] = report
+
+    # ---- outputs, bounded as they arrive: no output over Limits.output_kb, no notebook over Limits.outputs_mb
+
+    def output(self, outs, msg, display_id, cell_index):
+        from autograder.record import MIME
+
+        out = super().output(outs, msg, display_id, cell_index)
+        if out is None or not outs or outs[-1] is not out:
+            return out
+        if MIME in out.get("data", {}):
+            meta = self.nb.cells[cell_index].get("metadata", {}).get("nbgrader", {})
+            if meta.get("grade") and not meta.get("solution"):  # a check cell's results: GradeChecks reads, then replaces them
+                outs[:-1] = [o for o in outs[:-1] if MIME not in o.get("data", {})]  # the last sending counts
+                return out
+            del out["data"][MIME]
+        kept = self._keep(out)
+        if kept is None:
+            outs.pop()
+        else:
+            outs[-1] = kept
+        return out
+
+    def _keep(self, out):
+        """The output as it is kept (cut where too large), or None once the notebook's outputs are full."""
+        cap, room = self.limits.output_kb * 1024, self.limits.outputs_mb * 2**20 - self._kept
+        if room <= 0:
+            return None
+        out = _capped(out, min(cap, room))
+        self._kept += _size(out)
+        if self._kept >= self.limits.outputs_mb * 2**20:
+            return new_output("stream", name="stdout", text=f"[the outputs after this are not kept: the notebook's outputs reached {self.limits.outputs_mb} MB]\n")
+        return out
+
+    def _update_display_id(self, display_id, msg):
+        data = msg.get("content", {}).get("data", {})
+        size = sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in data.values()) if isinstance(data, dict) else 0
+        if size > self.limits.output_kb * 1024 or self._kept + size > self.limits.outputs_mb * 2**20:
+            return  # an update too large is not kept
+        self._kept += size
+        return super()._update_display_id(display_id, msg)
+
+    def handle_comm_msg(self, outs, msg, cell_index):
+        return None  # widgets' state is not kept in the autograded notebook
+
+
+def _size(out):
+    if out.get("output_type") == "stream":
+        return len(out.get("text", ""))
+    if out.get("output_type") == "error":
+        return sum(len(str(x)) for x in out.get("traceback", [])) + len(str(out.get("evalue", "")))
+    data = out.get("data", {})
+    return sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in data.values()) + len(json.dumps(out.get("metadata", {})))
+
+
+def _capped(out, cap):
+    """An output of at most about `cap` characters: text cut with a note, a too large picture or display left out."""
+    note = f"[cut by the grader: an output may keep {cap // 1024} kB]"
+    kind = out.get("output_type")
+    if kind == "stream" and len(out.get("text", "")) > cap:
+        out["text"] = out["text"][:cap] + "\n" + note + "\n"
+    elif kind == "error" and _size(out) > cap:
+        out["evalue"] = str(out.get("evalue", ""))[:cap // 2]
+        out["traceback"] = [str(x)[:cap // 4] for x in out.get("traceback", [])[:3]] + [note]
+    elif kind in ("display_data", "execute_result") and _size(out) > cap:
+        data = out.get("data", {})
+        kept = {k: v for k, v in data.items() if (len(v) if isinstance(v, str) else len(json.dumps(v))) <= cap // 2}
+        if sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in kept.values()) > cap:
+            kept = {}
+        out["data"] = kept or {"text/plain": note}
+        out["metadata"] = {}
+    return out
+
 
 class GradeChecks(NbGraderPreprocessor):
     """Every check cell's outputs, and so its score, from the grader's own comparison."""
 
     def preprocess(self, nb, resources):
+        from autograder.grading.limits import Limits
         from autograder.grading.verdict import grade_test_cells
 
-        return grade_test_cells(nb), resources
+        limits = Limits(parent=self)
+        known = resources.get("autograder_verdicts", {})  # judged as the cells ran (SandboxedExecute)
+        return grade_test_cells(nb, limits.verdict_seconds, limits.result_mb * 2**20, known), resources
 
 
 def _error(ename, evalue):

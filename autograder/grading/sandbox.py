@@ -2,18 +2,21 @@
 
 nbgrader's kernel for a submission starts inside `bwrap` and sees
 
-- read-only: the Python environment, and the student side of one notebook
-  (autograder.grading.views: what `release --student-dist` ships for it, without the
-  stand-ins of that notebook's own exercises), as /course;
-- writable: its scratch folder (a copy of the submission's folder, where it
-  starts, and the kernel's sockets) and a private /tmp;
+- read-only: the Python environment; the student side of one notebook
+  (autograder.grading.views: what a class is shipped for it, without the stand-ins
+  of that notebook's own exercises) as /course; the submission's folder as
+  /submission; and /grading, what the grader hands it (the cases' inputs, the
+  kernel's connection file, the socket of the reference's answers);
+- writable: one tmpfs of Limits.scratch_mb, in memory, as /tmp: its working folder
+  (a copy of /submission), its home and its sockets;
 
 and nothing else: not the course repository (the reference, the solutions, the
 catalogs, the hidden cases' code), not the gradebook, not `submitted/`,
-`autograded/` or `feedback/`, not the instructor's home. It has no network, an
-unprivileged uid, its own pid namespace (whatever it starts dies with it), and
-limits on memory, CPU time, file size and processes. The kernel talks to
-nbgrader over ZeroMQ's IPC transport through the scratch folder.
+`autograded/` or `feedback/`, not the instructor's home, not one byte of the
+host's disks to write to. It has no network, an unprivileged uid, its own pid
+namespace (whatever it starts dies with it), and limits on memory, CPU time and
+processes. The kernel binds its ZeroMQ sockets in its own /tmp; the grader reaches
+them through /proc/PID/root of the sandbox's first process.
 
 Where bubblewrap cannot start, grading stops with `problem()`'s message;
 AUTOGRADER_NO_SANDBOX=1 (`grade --no-sandbox`) runs the kernel without it, for
@@ -22,7 +25,9 @@ trusted work only.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -30,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import zmq
 from jupyter_client.manager import AsyncKernelManager
 
 from autograder.course import CourseError
@@ -38,15 +44,10 @@ NO_SANDBOX = "AUTOGRADER_NO_SANDBOX"
 UNSAFE_NOTE = "graded without the sandbox (--no-sandbox): the learner's code ran with your rights; not safe for a class"
 UID = 65534  # nobody
 PIDS = "/sys/fs/cgroup/pids"
-PASSED_ON = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "AUTOGRADER_CHECK_TIMEOUT", "TZ")  # from the grader's environment
+PASSED_ON = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TZ")  # from the grader's environment
 ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "fonts", "ssl", "alternatives")
-
-
-def limits():
-    """What one sandbox may use: far more than a normal submission needs (about 1 GiB, seconds of CPU)."""
-    get = lambda name, default: int(os.environ.get(f"AUTOGRADER_{name}", default))  # noqa: E731
-    return {"memory_mb": get("MEMORY_MB", 8192), "cpu_seconds": get("CPU_SECONDS", 900),
-            "file_mb": get("FILE_MB", 512), "processes": get("PROCESSES", 256)}
+GRADING, SUBMISSION, TMP = Path("/grading"), Path("/submission"), Path("/tmp")  # inside the sandbox
+INFO_FD = "{info_fd}"  # in the kernel's command until it is launched with the pipe bwrap reports on
 
 
 def enabled():
@@ -72,7 +73,7 @@ def _probe():
         return f"bubblewrap is not installed: apt-get install bubblewrap (Debian, Ubuntu) or dnf install bubblewrap (Fedora); {unsafe}"
     with tempfile.TemporaryDirectory(prefix="autograder-probe-") as tmp:
         try:
-            done = subprocess.run(_bwrap(Path(tmp), None, tmp) + [sys.executable, "-I", "-S", "-c", "pass"],
+            done = subprocess.run(_bwrap(Path(tmp), None, None, 2**20) + [sys.executable, "-I", "-S", "-c", "pass"],
                                   capture_output=True, text=True, timeout=60)
             why = "" if done.returncode == 0 else (done.stderr.strip().splitlines() or ["no message"])[-1]
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -87,11 +88,12 @@ def require():
         raise CourseError(problem())
 
 
-def _bwrap(scratch, view, chdir, hide=()):
+def _bwrap(grading, view, submission, scratch_bytes, hide=()):
     """bwrap's arguments: the system and the Python environment read-only, `view` as /course,
-    `scratch` writable, and `hide` (course folders inside a bound one) masked."""
+    `submission` as /submission and `grading` as /grading (read-only), a tmpfs of `scratch_bytes`
+    as /tmp, and `hide` (course folders inside a bound one) masked."""
     argv = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(UID), "--gid", str(UID), "--die-with-parent",
-            "--hostname", "sandbox", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+            "--hostname", "sandbox", "--proc", "/proc", "--dev", "/dev", "--size", str(scratch_bytes), "--tmpfs", str(TMP)]
     system = [Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64") if os.path.exists(p)]
     system += [Path(p).resolve() for p in {sys.prefix, sys.base_prefix}] + [Path("/etc", n) for n in ETC if Path("/etc", n).exists()]
     bound = []
@@ -105,55 +107,69 @@ def _bwrap(scratch, view, chdir, hide=()):
     masked = [Path(p).resolve() for p in hide] + [Path(p) for s in specs if s for p in s.submodule_search_locations or []]
     argv += [arg for p in sorted({p for p in masked if any(b in p.parents for b in bound)}) for arg in ("--tmpfs", str(p))]
     argv += ["--ro-bind", str(view), "/course"] if view else []
-    argv += ["--bind", str(scratch), str(scratch)]
-    for source, dest in ((scratch / "cases.pt", scratch / "cases.pt"), (scratch / "passwd", "/etc/passwd")):
-        argv += ["--ro-bind", str(source), str(dest)] if source.exists() else []
-    return argv + ["--remount-ro", "/", "--chdir", str(chdir)]
+    argv += ["--ro-bind", str(submission), str(SUBMISSION)] if submission else []
+    argv += ["--ro-bind", str(grading), str(GRADING)]
+    argv += ["--ro-bind", str(grading / "passwd"), "/etc/passwd"] if (grading / "passwd").exists() else []
+    return argv + ["--remount-ro", "/", "--chdir", str(TMP)]
 
 
 class Sandbox:
-    """One submission's sandbox: its scratch folder, the command that starts a kernel in it, and cleaning up."""
+    """One submission's sandbox: what the grader hands it, the command that starts a kernel in it, and cleaning up.
+    `folder` is the submission's folder, `cases` the bytes of its cases file, `limits` an autograder.grading.limits.Limits."""
 
-    def __init__(self, view, folder, cases, hide=(), sandboxed=True):
-        self.view, self.hide, self.sandboxed, self.cgroup = view, hide, sandboxed, None
-        self.scratch = Path(tempfile.mkdtemp(prefix="autograder-sandbox-"))
-        os.chmod(self.scratch, 0o755)
-        self.work, self.home, self.comm = self.scratch / "work", self.scratch / "home", self.scratch / "comm"
-        shutil.copytree(folder, self.work, symlinks=True, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-        self.home.mkdir()
-        self.comm.mkdir()
-        (self.scratch / "cases.pt").write_bytes(cases)
-        (self.scratch / "passwd").write_text(f"student:x:{UID}:{UID}:student:{self.home}:/bin/sh\n")
+    def __init__(self, view, folder, cases, limits, hide=(), sandboxed=True):
+        self.view, self.folder, self.limits, self.hide, self.sandboxed, self.cgroup = view, Path(folder), limits, hide, sandboxed, None
+        self.grading = Path(tempfile.mkdtemp(prefix="autograder-sandbox-"))  # the host's side of /grading
+        os.chmod(self.grading, 0o755)
+        (self.grading / "cases.pt").write_bytes(cases)
+        (self.grading / "passwd").write_text(f"student:x:{UID}:{UID}:student:{TMP / 'home'}:/bin/sh\n")
+        # without the sandbox, its folders are the host's, under the same names
+        self.root = TMP if sandboxed else self.grading / "tmp"
+        self.inside = GRADING if sandboxed else self.grading
 
-    def command(self, kernel_cmd):
-        """The kernel's command line: under the limits, in its pids cgroup (as root), inside the sandbox."""
-        env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(self.home),
-               "IPYTHONDIR": str(self.home / ".ipython"), "MPLCONFIGDIR": str(self.home / ".matplotlib"),
+    @property
+    def oracle_socket(self):
+        """Where the grader listens for requests for the reference's answers (autograder.grading.replay)."""
+        return self.grading / "oracle.sock"
+
+    def command(self, kernel_cmd, info_fd=None):
+        """The kernel's command line: under the limits, in its pids cgroup (as root), inside the sandbox, after
+        copying the submission into its working folder; bwrap writes its first process's pid on `info_fd`."""
+        lim = self.limits
+        home = self.root / "home"
+        env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
+               "IPYTHONDIR": str(home / ".ipython"), "MPLCONFIGDIR": str(home / ".matplotlib"),
                "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "NBGRADER_EXECUTION": "autograde",
-               "AUTOGRADER_CASES": str(self.scratch / "cases.pt")} | {k: os.environ[k] for k in PASSED_ON if k in os.environ}
+               "AUTOGRADER_CASES": str(self.inside / "cases.pt"), "AUTOGRADER_ORACLE": str(self.inside / "oracle.sock"),
+               "AUTOGRADER_CHECK_TIMEOUT": str(lim.check_seconds), "AUTOGRADER_RESULT_MB": str(lim.result_mb)}
+        env |= {k: os.environ[k] for k in PASSED_ON if k in os.environ}
+        start = ["sh", "-c", 'mkdir -p "$1/comm" "$1/home" && cp -R "$2" "$1/work" && cd "$1/work" && shift 2 && exec "$@"',
+                 "start", str(self.root), str(SUBMISSION if self.sandboxed else self.folder)]
         if self.sandboxed:
-            inner = _bwrap(self.scratch, self.view, self.work, self.hide) + ["--clearenv"]
+            inner = _bwrap(self.grading, self.view, self.folder, lim.scratch_mb * 2**20, self.hide)
+            inner += (["--info-fd", str(info_fd)] if info_fd is not None else []) + ["--clearenv"]
             inner += [a for k, v in sorted((env | {"PYTHONPATH": "/course"}).items()) for a in ("--setenv", k, v)] + ["--"]
         else:
             inner = ["env"] + [f"{k}={v}" for k, v in sorted(env.items())]
-        lim = limits()
-        rlimits = [f"--as={lim['memory_mb'] * 2**20}", f"--cpu={lim['cpu_seconds']}", f"--fsize={lim['file_mb'] * 2**20}"]
+        rlimits = [f"--as={lim.memory_mb * 2**20}", f"--cpu={lim.cpu_seconds}", f"--fsize={lim.scratch_mb * 2**20}"]
         if os.geteuid() == 0:  # root ignores RLIMIT_NPROC: a pids cgroup of its own limits the sandbox instead
-            self.cgroup = _pids_cgroup(lim["processes"])
+            self.cgroup = _pids_cgroup(lim.processes)
         else:  # counts every process of this user: leave room for those already running
-            rlimits.append(f"--nproc={len([p for p in os.listdir('/proc') if p.isdigit()]) + lim['processes']}")
+            rlimits.append(f"--nproc={len([p for p in os.listdir('/proc') if p.isdigit()]) + lim.processes}")
         limited = ["prlimit"] + rlimits + ["--"] if shutil.which("prlimit") else []
         join = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(Path(self.cgroup, "cgroup.procs"))] if self.cgroup else []
-        return join + limited + inner + kernel_cmd
+        return join + limited + inner + start + kernel_cmd
 
     def kernel_manager(self):
-        return SandboxKernelManager(kernel_name="python3", transport="ipc", ip=str(self.comm / "kernel"),
-                                    connection_file=str(self.comm / "kernel.json"), sandbox=self)
+        if not self.sandboxed:
+            self.root.mkdir()
+        return SandboxKernelManager(kernel_name="python3", transport="ipc", ip=str(self.root / "comm" / "kernel"),
+                                    connection_file=str(self.grading / "kernel.json"), sandbox=self)
 
     def close(self):
         if self.cgroup:
             _remove_cgroup(self.cgroup)
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        shutil.rmtree(self.grading, ignore_errors=True)
 
 
 def _pids_cgroup(max_processes):
@@ -180,7 +196,9 @@ def _remove_cgroup(group, wait=5.0):
 
 
 class SandboxKernelManager(AsyncKernelManager):
-    """A kernel manager whose kernel runs inside a `Sandbox`, reached over IPC sockets in its scratch folder."""
+    """A kernel manager whose kernel runs inside a `Sandbox`. The kernel binds its IPC sockets in the
+    sandbox's own /tmp; the grader connects through /proc/PID/root, PID the sandbox's first process,
+    which bwrap reports on --info-fd. Every message part the grader takes is at most Limits.frame_bytes."""
 
     def __init__(self, sandbox, **kwargs):
         super().__init__(**kwargs)
@@ -190,5 +208,44 @@ class SandboxKernelManager(AsyncKernelManager):
 
     def format_kernel_cmd(self, extra_arguments=None):
         # this environment's own kernel, whatever kernelspecs the machine has: the sandbox holds only this environment
-        kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file]
-        return self.sandbox.command(kernel + list(extra_arguments or []))
+        kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", str(self.sandbox.inside / "kernel.json")]
+        return self.sandbox.command(kernel + list(extra_arguments or []), info_fd=INFO_FD)
+
+    async def _async_launch_kernel(self, kernel_cmd, **kw):
+        if not self.sandbox.sandboxed:
+            return await super()._async_launch_kernel(kernel_cmd, **kw)
+        r, w = os.pipe()
+        try:
+            kernel_cmd = [str(w) if a == INFO_FD else a for a in kernel_cmd]
+            await super()._async_launch_kernel(kernel_cmd, pass_fds=(w,), **kw)
+        finally:
+            os.close(w)
+        self.ip = f"/proc/{_child_pid(r)}/root{self.ip}"  # the same sockets, seen from the grader's side
+
+    def client(self, **kwargs):
+        client = super().client(**kwargs)
+        client.context.setsockopt(zmq.MAXMSGSIZE, self.sandbox.limits.frame_bytes)
+        return client
+
+
+def _child_pid(fd, seconds=60):
+    """The pid of the sandbox's first process, from the JSON bwrap writes on its --info-fd."""
+    text, deadline = b"", time.monotonic() + seconds
+    try:
+        while len(text) < 65536:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                break
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            text += chunk
+            try:
+                return int(json.loads(text)["child-pid"])
+            except ValueError:
+                continue  # not all of it yet
+            except (KeyError, TypeError):
+                break
+    finally:
+        os.close(fd)
+    raise RuntimeError("the sandbox did not start (bwrap gave no child pid)")

@@ -8,10 +8,9 @@ import pytest
 from autograder import registry
 from autograder import record
 from autograder.grading import verdict
-from autograder.core import Outcome, outcome_from_plain
 from autograder.grading.demo import summary
 from autograder.grading.grade import Grader, read_grades
-from conftest import ASSIGNMENTS, BLANK, COMPLETE, ROOT, TWO_MISTAKES, results_of
+from conftest import ASSIGNMENTS, BLANK, COMPLETE, ROOT, TWO_MISTAKES, judged_in_process, results_of
 
 pytestmark = pytest.mark.slow
 
@@ -42,13 +41,7 @@ def expected_score(path, name, monkeypatch, tmp_path):
                 except Exception:  # a failing cell fails in the notebook too; the rest still runs
                     pass
     plt.close("all")
-    reports = {}
-    for ex in registry.for_notebook(name):
-        sent = record.outcomes(ex.name, namespace.get(ex.name), namespace)
-        found = [outcome_from_plain(d) for d in sent["outcomes"]]
-        found = (found + [Outcome(error=RuntimeError("not run"))] * 99)[:len(ex.cases())]
-        reports[ex.name] = verdict.judge(ex, found, reports, sent["used"])
-    return sum(r.score for r in reports.values())
+    return sum(r.score for r in judged_in_process(name, namespace).values())
 
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)

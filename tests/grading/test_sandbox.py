@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 from autograder import registry
-from autograder.grading import sandbox, verdict, views
+from autograder.grading import limits, sandbox, verdict, views
 from autograder import ship
 from autograder.course import CourseError
 from autograder.grading.grade import Grader, read_problems
@@ -41,6 +41,11 @@ attempt("processes", lambda: sorted(p for p in os.listdir("/proc") if p.isdigit(
 attempt("uid", lambda: os.getuid())
 attempt("own stand-in", lambda: __import__("course_lib.attention", fromlist=["x"]).causal_mask)
 attempt("environment", lambda: sorted(os.environ))
+attempt("read the cases", lambda: len(open("/grading/cases.pt", "rb").read()) > 0)
+attempt("write /grading", lambda: open("/grading/planted", "w"))
+attempt("write /submission", lambda: open("/submission/planted", "w"))
+attempt("fill the scratch", lambda: open("/tmp/big", "wb").write(b"x" * (int(sys.argv[4]) + 1)))
+attempt("working folder", lambda: os.getcwd())
 print(json.dumps(found))
 """
 
@@ -54,24 +59,27 @@ def test_the_sandbox_holds_only_what_a_student_has(tmp_path):
     (course / "gradebook.db").write_text("grades")
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(0.1)
-    box = sandbox.Sandbox(views.view(ROOT, NAME), folder, verdict.cases_for(NAME), hide=[ROOT, course])
+    lim = limits.load(ROOT)
+    box = sandbox.Sandbox(views.view(ROOT, NAME), folder, verdict.cases_for(NAME), lim, hide=[ROOT, course])
     try:
-        argv = box.command([sys.executable, "-c", PROBE, str(ROOT), str(course), str(listener.getsockname()[1])])
+        argv = box.command([sys.executable, "-c", PROBE, str(ROOT), str(course), str(listener.getsockname()[1]), str(lim.scratch_mb * 2**20)])
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     finally:
         box.close()
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
-    for name in ("reference", "catalog", "course", "write the environment", "write the root", "network", "own stand-in"):
+    for name in ("reference", "catalog", "course", "write the environment", "write the root", "network", "own stand-in",
+                 "write /grading", "write /submission", "fill the scratch"):
         assert found[name].startswith("blocked"), (name, found[name])
+    assert found["read the cases"] == "True" and found["working folder"] == repr("/tmp/work")
     # of the repository, at most the Python environment inside it (.venv) is there
     assert found["repository"].startswith("blocked") or found["repository"] == repr([Path(sys.prefix).name])
     assert found["write its folder"] == "2" and found["write /tmp"] == "2"
+    assert not list(box.grading.parent.glob(box.grading.name))  # nothing of it is left on the host
     assert found["processes"] == "['1', '2']" and found["uid"] == str(sandbox.UID)
     assert "AUTOGRADER_CASES" in found["environment"] and "HOME" in found["environment"]
     with pytest.raises(socket.timeout):
         listener.accept()
-    assert not box.scratch.exists()
 
 
 def test_a_notebooks_view_has_the_student_side_and_none_of_its_exercises():

@@ -147,7 +147,7 @@ def test_an_error_comes_back_as_its_kind():
 
 # ---------------------------------------------------------------- one mistake is charged once
 
-from conftest import ROOT  # noqa: E402
+from conftest import ROOT, judged_in_process  # noqa: E402
 USED = [(ex, m) for ex in EXERCISES for m in ex.mistakes
         if any(ex.name in other.depends_on for other in registry.for_notebook(ex.notebook))]
 
@@ -165,13 +165,7 @@ def graded_in_process(notebook, code):
     for module in sorted({obj.__module__ for obj in lessons}):
         exec(inspect.getsource(importlib.import_module(module)), namespace)
     exec(code, namespace)
-    reports = {}
-    for ex in registry.for_notebook(notebook):
-        sent = record.outcomes(ex.name, namespace[ex.name], namespace)
-        found = [core.outcome_from_plain(d) for d in sent["outcomes"]]
-        found = (found + [core.Outcome(error=RuntimeError("not run"))] * 99)[:len(ex.cases())]
-        reports[ex.name] = verdict.judge(ex, found, reports, sent["used"])
-    return reports
+    return judged_in_process(notebook, namespace)
 
 
 @pytest.mark.parametrize("exercise,mistake", USED, ids=lambda x: x.name)
