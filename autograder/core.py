@@ -10,6 +10,7 @@ import builtins
 import contextlib
 import inspect
 import math
+import numbers
 import os
 import signal
 import threading
@@ -327,14 +328,27 @@ def load_weights(student_module, weights):
 
 
 def plain(x):
-    """x as tensors, numbers, strings, lists, tuples and dicts only: what torch.load(weights_only=True)
-    reads back. Anything else travels as its type and repr, and comes back as an object of that type's name."""
+    """x as tensors, numbers, strings, lists, tuples and dicts only: what autograder.wire carries out of
+    the sandbox. Anything else travels as its type and repr, and comes back as an object of that type's name."""
     if isinstance(x, torch.Tensor):
         return x.detach().clone()
     if isinstance(x, (list, tuple, dict)):
-        return {k: plain(v) for k, v in x.items()} if isinstance(x, dict) else type(x)(plain(v) for v in x)
+        return {_plain_key(k): plain(v) for k, v in x.items()} if isinstance(x, dict) else type(x)(plain(v) for v in x)
     kind = next((k for k in (bool, int, float, str) if isinstance(x, k)), None)  # numpy's float64 is a float, say
     return x if x is None else kind(x) if kind else {FOREIGN: (type(x).__module__, type(x).__name__, repr(x)[:200])}
+
+
+def _plain_key(k):
+    """A dict key as a plain value (a tuple of them, say); another key as its type and repr, equal to no key of the reference."""
+    if isinstance(k, tuple):
+        return tuple(_plain_key(v) for v in k)
+    if k is None or isinstance(k, (bool, str)):
+        return k
+    if isinstance(k, numbers.Integral):  # numpy's int64 too
+        return int(k)
+    if isinstance(k, numbers.Real):
+        return float(k)
+    return (FOREIGN, type(k).__module__, type(k).__name__, repr(k)[:200])
 
 
 FOREIGN = "__autograder_foreign__"
@@ -462,7 +476,7 @@ def compare_value(what, got, want):
             return f"{what} {_v(what, 'is')} a {_type_name(got)}, expected a number"
         if isinstance(want, int) and not isinstance(got, int):
             return f"{what} {_v(what, 'is')} {got!r}, expected the integer {want}"
-        if math.isnan(want) and math.isnan(got):
+        if math.isnan(want) and math.isnan(got) or got == want:
             return ""
         if abs(got - want) <= 1e-6 + 1e-6 * abs(want):
             return ""
@@ -507,7 +521,7 @@ def _compared(got, want, returns=()):
     pairs = list(zip(names, got.outputs, want.outputs))
     if want.grads is None or want.grads == "missing":
         return pairs
-    if got.grads == "missing":
+    if got.grads is None or got.grads == "missing":
         return pairs + ["the output carries no gradient (was it detached, or computed outside torch?)"]
     if isinstance(got.grads, StudentError):
         return pairs + [f"backpropagating through it raised {got.grads}"]
@@ -624,7 +638,7 @@ def same_value(x, y):
     if isinstance(x, dict) and isinstance(y, dict):
         return x.keys() == y.keys() and all(same_value(x[k], y[k]) for k in x)
     if isinstance(x, float) and isinstance(y, float):
-        return (math.isnan(x) and math.isnan(y)) or abs(x - y) <= 1e-6 + 1e-6 * abs(y)
+        return (math.isnan(x) and math.isnan(y)) or x == y or abs(x - y) <= 1e-6 + 1e-6 * abs(y)
     return type(x) is type(y) and x == y
 
 

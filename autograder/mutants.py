@@ -55,8 +55,8 @@ def mutant(reference, edit, label):
     filename = f"<mistake {label}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     # Compiled in the reference module's own namespace, so that the mistake sees what the
-    # reference sees, also when the grader swaps an earlier exercise for a learner's mistake
-    # (autograder.grading.verdict.mistakes_in_place); the reference's own name is put back at once.
+    # reference sees, also when the grader records the calls the reference makes into earlier
+    # exercises (autograder.grading.replay.in_place); the reference's own name is put back at once.
     namespace = vars(sys.modules[reference.__module__])
     kept = namespace[reference.__name__]
     try:

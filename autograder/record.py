@@ -179,6 +179,14 @@ def _quiet():
     torch.set_num_threads(1)  # the parent's thread pool does not survive fork
 
 
+def _sent(make, *args):
+    """The blob of make(*args), or of the error saying why it cannot be sent."""
+    try:
+        return wire.encode(make(*args), MAX_BYTES)
+    except wire.WireError as e:
+        return wire.encode({"outcomes": [{"error": ("ValueError", f"its result could not be sent: {e}")}], "used": [], "replayed": None})
+
+
 def encode(data):
     try:
         return base64.b64encode(wire.encode(data, MAX_BYTES)).decode()
@@ -192,9 +200,10 @@ def record(name, obj):
 
     seconds = core.DEFAULT_TIMEOUT_S * (len(_exercise(name)["cases"]) * 2 + 1)
     try:
-        blob = isolated(lambda: wire.encode(outcomes(name, obj), MAX_BYTES), seconds)
+        blob = isolated(lambda: _sent(outcomes, name, obj), seconds)
     except (core.CheckTimeout, RuntimeError) as e:
-        blob = wire.encode({"outcomes": [{"error": (type(e).__name__, str(e))}], "used": [], "replayed": None})
+        why = (type(e).__name__, str(e))
+        blob = _sent(lambda: {"outcomes": [{"error": why}], "used": [], "replayed": None})
     display({MIME: base64.b64encode(blob).decode(), "text/plain": f"{name}: results sent to the grader"}, raw=True)
 
 

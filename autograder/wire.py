@@ -46,6 +46,8 @@ def encode(value, max_bytes=None):
         if isinstance(x, list):
             return {"L": [node(v, depth + 1) for v in x]}
         if isinstance(x, dict):
+            if not all(_hashable(k) for k in x):
+                raise WireError("a dict key that is not a plain value")
             return {"D": [[node(k, depth + 1), node(v, depth + 1)] for k, v in x.items()]}
         raise WireError(f"a {type(x).__name__} is not a plain value")
 
@@ -118,6 +120,7 @@ def _value(x, data, depth):
 
 
 def _hashable(key, depth=0):
+    """A dict key must be a plain value, or a tuple of them (as keys of pairs are)."""
     if key is None or isinstance(key, (bool, int, float, str)):
         return True
     return isinstance(key, tuple) and depth < MAX_DEPTH and all(_hashable(k, depth + 1) for k in key)
@@ -128,8 +131,8 @@ def _tensor(body, data):
             and isinstance(body[2], int) and not isinstance(body[2], bool)):
         raise WireError("T: not [dtype, shape, offset]")
     name, shape, offset = body
-    if len(shape) > 16 or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= len(data) + 1 for s in shape):
-        raise WireError("T: a shape of no more than 16 sizes, each no larger than the blob")
+    if len(shape) > 16 or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= 2**31 for s in shape):
+        raise WireError("T: a shape of no more than 16 sizes of 0 to 2**31")
     dtype = DTYPES[name]
     numel = math.prod(shape)
     if offset == -1:  # a meta tensor has no values

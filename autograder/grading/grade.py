@@ -364,7 +364,7 @@ class Grader:
                               if p.is_dir() and difflib.get_close_matches(p.name, [folder], n=1, cutoff=0.6)), submitted)
         out = self.course / "feedback" / student / folder
         out.mkdir(parents=True, exist_ok=True)
-        for stem in sorted({p.stem for p in submitted.glob("*.ipynb")} or {folder}):
+        for stem in sorted({p.stem for p in submitted.glob("*.ipynb") if not p.is_symlink() and p.is_file()} or {folder}):
             (out / f"{stem}.html").write_text(PROBLEM_PAGE.format(assignment=html.escape(folder), reason=html.escape(reason)))
         for extra in ("timestamp.txt", "submission_secret.txt"):  # what nbgrader's release_feedback needs
             data = intake.read_small(submitted / extra)

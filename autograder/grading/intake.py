@@ -14,7 +14,8 @@ Three doors lead in, and each is guarded here:
   notebook that only says why;
 - `nbgrader collect`: `Collect` (nbgrader_config.py names it) copies a student's
   submission out of the exchange with `copy`, which follows nothing, reads at most the
-  limits, and leaves a note (REFUSED) that the two others read.
+  limits and only files the submitting student owns, and leaves a note (REFUSED) that the
+  two others read.
 """
 from __future__ import annotations
 
@@ -118,7 +119,7 @@ def copy(src, dest, limits, ignore=()):
     """Copy a submission folder following nothing and reading at most the limits; what it skips (a link,
     a special file, what is over a limit) is named in dest/REFUSED. Returns that reason, or ''."""
     src, dest = Path(src), Path(dest)
-    reasons, total, entries = [], 0, 0
+    reasons, total, entries, owner = [], 0, 0, os.lstat(src).st_uid
     dest.mkdir(parents=True, exist_ok=True)
     stack = [(src, dest, 0)]
     while stack:
@@ -140,12 +141,10 @@ def copy(src, dest, limits, ignore=()):
                 stack.append((Path(entry.path), there / entry.name, depth + 1))
             elif stat.S_ISREG(mode):
                 room = min(limits.submission_file_mb * 2**20, limits.submission_folder_mb * 2**20 - total)
-                copied = _copy_file(entry.path, there / entry.name, room)
-                if copied is None:
-                    reasons.append(f"{shown(rel)} is larger than the limits (a file {limits.submission_file_mb} MB, "
-                                   f"the submission {limits.submission_folder_mb} MB), or changed while it was copied")
-                else:
-                    total += copied
+                copied, why = _copy_file(entry.path, there / entry.name, room, owner)
+                if why:
+                    reasons.append(f"{shown(rel)} {why}")
+                total += copied
             else:
                 kind = "folders nested more than 16 deep" if stat.S_ISDIR(mode) else _KINDS.get(stat.S_IFMT(mode), "no plain file")
                 reasons.append(f"{shown(rel)} is {kind}: a submission holds plain files only")
@@ -155,21 +154,25 @@ def copy(src, dest, limits, ignore=()):
     return reason
 
 
-def _copy_file(src, dest, room):
-    """Copy one plain file of at most `room` bytes; None (and no file) for anything else."""
+def _copy_file(src, dest, room, owner):
+    """Copy one plain file of at most `room` bytes that `owner` owns: (bytes copied, '' or why it was not).
+    (A hard link to someone else's file is a plain file, but not the student's own.)"""
     try:
         fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        return None
+        return 0, "cannot be read"
     with open(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            return None
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return 0, "changed into something else while it was copied"
+        if st.st_uid != owner:
+            return 0, "is not the student's own file (a hard link?): a submission holds its own plain files only"
         data = fh.read(max(room, 0) + 1)
     if len(data) > room:
-        return None
+        return 0, "is larger than the limits (a file, or the submission, over its size)"
     dest.write_bytes(data)
     shutil.copystat(src, dest, follow_symlinks=False)
-    return len(data)
+    return len(data), ""
 
 
 # ---------------------------------------------------------------- plain nbgrader

@@ -73,21 +73,24 @@ class SandboxedExecute(Execute):
             self.timeout = max(1, min(self._cell_timeout, int(left)))
         if self._died_in is not None:
             if cell.cell_type == "code":
-                cell.outputs = [_error("KernelDied" if not self._why else "OutOfTime", self._why or f"not run: the kernel died in cell {self._died_in + 1}")]
+                cell.outputs = [_error("OutOfTime" if "used up" in self._why else "KernelDied", self._why)]
             return cell, self.resources
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
-            self._judge(cell, index)
-            return cell, resources
         except Exception as e:
             # CellTimeoutError reaches here only when the kernel stopped sending output
             # altogether (an ordinary timeout is recorded in the cell by nbclient); any
             # other error here means the kernel can no longer be trusted either.
             self._died_in = index
             how = "died" if isinstance(e, DeadKernelError) else "stopped answering"
-            cell.outputs.append(_error("KernelDied", f"the kernel {how} while running this cell (os._exit, a crash, or a resource limit)"))
-            self.log.warning("kernel %s in cell %d; the remaining cells are marked as not run", how, index + 1)
+            self._why = f"not run: the kernel {how} in cell {index + 1}"
+            why = ("os._exit, a crash, or a resource limit" if isinstance(e, DeadKernelError)
+                   else "no reply in time, or output the grader does not take: a message over its size limit is dropped")
+            cell.outputs.append(_error("KernelDied", f"the kernel {how} while running this cell ({why})"))
+            self.log.warning("kernel %s in cell %d (%s); the remaining cells are marked as not run", how, index + 1, type(e).__name__)
             return cell, self.resources
+        self._judge(cell, index)
+        return cell, resources
 
     def _judge(self, cell, index):
         from autograder import core

@@ -24,10 +24,12 @@ trusted work only.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import select
+import signal
 import shutil
 import subprocess
 import sys
@@ -220,7 +222,12 @@ class SandboxKernelManager(AsyncKernelManager):
             await super()._async_launch_kernel(kernel_cmd, pass_fds=(w,), **kw)
         finally:
             os.close(w)
-        self.ip = f"/proc/{_child_pid(r)}/root{self.ip}"  # the same sockets, seen from the grader's side
+        try:
+            self.ip = f"/proc/{_child_pid(r)}/root{self.ip}"  # the same sockets, seen from the grader's side
+        except RuntimeError:
+            with contextlib.suppress(OSError):
+                os.killpg(self.provisioner.process.pid, signal.SIGKILL)  # whatever did start goes too
+            raise
 
     def client(self, **kwargs):
         client = super().client(**kwargs)

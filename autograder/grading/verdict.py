@@ -74,7 +74,10 @@ def verdict(ex, cell, earlier=None, max_bytes=64 * 2**20):
     if sent is None:
         return None, why
     outcomes, used, replayed = sent
-    return judge(ex, _padded(ex, outcomes), earlier or {}, used, replayed and _padded(ex, replayed)), ""
+    try:
+        return judge(ex, _padded(ex, outcomes), earlier or {}, used, replayed and _padded(ex, replayed)), ""
+    except Exception as e:  # results no check sends, that the comparison cannot take: that cell's 0, never the notebook's
+        return None, f"its results could not be compared ({type(e).__name__})"
 
 
 def _padded(ex, outcomes):

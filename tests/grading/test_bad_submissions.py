@@ -24,16 +24,18 @@ from nbformat.v4 import new_code_cell
 
 from autograder import registry
 from autograder.grading.grade import Grader, read_grades
-from autograder.release import fill_submission
+from autograder.release import fill_submission, mistake_source
 from conftest import ROOT, results_of
 
 pytestmark = pytest.mark.slow
 NAME = "05_self_attention"
 FULL = sum(ex.points for ex in registry.for_notebook(NAME))
-LOST_SDPA = FULL - 4 - 3  # scaled_dot_product_attention and SelfAttention, which uses it
-# Short limits so that the endless loops of the catalog end quickly, with room for a machine that
-# runs other tests beside these (make test: two workers).
-LIMITS = {"AUTOGRADER_CHECK_TIMEOUT": "8", "AUTOGRADER_CELL_TIMEOUT": "30", "AUTOGRADER_PROCESSES": "64"}
+SDPA = 4  # scaled_dot_product_attention's points; SelfAttention, which uses it, keeps its own (charged once)
+LOST_SDPA = FULL - SDPA - 3  # scaled_dot_product_attention, and SelfAttention when it cannot run at all
+# Short limits so that the endless loops and sleeps of the catalog end quickly, with room for a
+# machine that runs other tests beside these (make test: two workers).
+LIMITS = {"AUTOGRADER_CHECK_SECONDS": "8", "AUTOGRADER_CELL_TIMEOUT": "20", "AUTOGRADER_NOTEBOOK_SECONDS": "40",
+          "AUTOGRADER_PROCESSES": "64"}
 
 
 def sources():
@@ -225,24 +227,184 @@ def at_the_end(code):
     return nb
 
 
+# ---------------------------------------------------------------- what crosses the wall
+# Everything the grader takes from a submission is hostile: the files (links, sizes), what the check
+# cells send back, the outputs, the time, the disk, and what runs while a hidden case does.
+
+
+class Folder:
+    """A submission whose folder itself is the attack: `prepare(folder, fill)` runs after the notebook
+    (`nb()`, a complete one unless given; None: none) is written."""
+
+    def __init__(self, prepare, nb=None):
+        self.prepare, self.nb = prepare, nb or complete
+
+
+def _link(name, target):
+    def prepare(folder, fill):
+        (folder / name).symlink_to(str(target).format(**fill))
+    return prepare
+
+
+def _links_to_the_reference(folder, fill):
+    # relative, to the course's copy of the reference, as a student who knows the layout would write it
+    target = Path(os.path.relpath(Path(fill["ROOT"]) / REF / "attention.py", folder))
+    (folder / "stolen_attention.py").symlink_to(target)
+    (folder / "stolen_solution.ipynb").symlink_to(Path(fill["ROOT"]) / "solutions" / NAME / f"{NAME}.ipynb")
+
+
+def _notebook_is_a_link(folder, fill):
+    (folder / f"{NAME}.ipynb").unlink()
+    (folder / f"{NAME}.ipynb").symlink_to(Path(fill["COURSE"]) / "submitted" / CLASSMATE / NAME / f"{NAME}.ipynb")
+
+
+def _folder_is_a_link(folder, fill):
+    shutil.rmtree(folder)
+    folder.symlink_to(Path(fill["COURSE"]) / "submitted" / CLASSMATE / NAME)
+
+
+def _many_files(folder, fill):
+    for i in range(250):
+        (folder / f"note{i}.txt").write_text("x")
+
+
+def _big_file(folder, fill):
+    with open(folder / "data.bin", "wb") as fh:
+        fh.truncate(30 * 2**20)  # sparse: 30 MB to the eye, nothing on disk
+
+
+def stolen():
+    return complete({"scaled_dot_product_attention": "from stolen_attention import *", "SelfAttention": "from stolen_attention import *"})
+
+
+def forged(make_blob):
+    """A submission whose check cells send `make_blob()`'s bytes instead of results."""
+    return attack(f"""
+import base64
+from IPython.display import display
+from autograder import record, wire
+
+def check(name, obj):
+    display({{record.MIME: base64.b64encode(blob()).decode()}}, raw=True)
+
+{make_blob}
+""", nb=complete())
+
+
+MEMO_BOMB = """
+def blob():
+    # a pickle of 1.7 kB whose tuples share their halves through the memo: 2**100 leaves as a tree
+    import pickle
+    body = bytearray(b"\\x80\\x02)q\\x00")
+    for i in range(100):
+        body += b"h" + bytes([i]) + b"h" + bytes([i]) + b"\\x86q" + bytes([i + 1])
+    return bytes(body) + b"}q\\xffh\\x64K\\x01s."
+"""
+DEEP_RESULT = """
+def blob():
+    import json, struct
+    header = ('{"L":[' * 100000 + ']}' * 100000).encode()
+    return wire.MAGIC + struct.pack("<Q", len(header)) + header
+"""
+LYING_TENSOR = """
+def blob():
+    import json, struct
+    header = json.dumps({"D": [["outcomes", {"L": [{"D": [["outputs", {"U": [{"T": ["float32", [2**20, 2**20], 0]}]}], ["grads", None]]}]}],
+                               ["used", {"L": []}], ["replayed", None]]}).encode()
+    return wire.MAGIC + struct.pack("<Q", len(header)) + header + bytes(64)
+"""
+HUGE_RESULT = """
+def blob():
+    return bytes(40 * 2**20)
+"""
+MANY_KEYS = """
+def blob():
+    return wire.encode({"outcomes": [{"outputs": ({i: i for i in range(300000)},), "grads": None}], "used": [], "replayed": None})
+"""
+
+# upstream attention_scores carries a catalogued mistake that raises (q @ k, not q @ k^T); downstream...
+K_DOT = next(m for m in registry.get("attention_scores").mistakes if m.name == "k_dot_T")
+JUNK = {"scaled_dot_product_attention": "def scaled_dot_product_attention(q, k, v, mask=None):\n    return attention_scores(q, k), None\n",
+        "SelfAttention": ("from torch import nn\n\nclass SelfAttention(nn.Module):\n    def __init__(self, d_model, d_k):\n        super().__init__()\n"
+                          "        self.W_q, self.W_k, self.W_v = (nn.Linear(d_model, d_k, bias=False) for _ in range(3))\n\n"
+                          "    def forward(self, x, mask=None):\n        return scaled_dot_product_attention(x, x, x, mask)\n")}
+
+FLOOD = """
+from IPython.display import display, update_display
+print("x" * (30 * 2**20))
+display({"text/plain": "y" * (30 * 2**20)}, raw=True)
+for i in range(60):
+    display({"text/plain": "z" * (400 * 2**10)}, raw=True)
+handle = display("small", display_id=True)
+update_display({"text/plain": "w" * (30 * 2**20)}, raw=True, display_id=handle.display_id)
+"""
+FLOODS_THE_REPLY = """
+get_ipython().payload_manager.write_payload({"source": "set_next_input", "text": "v" * (40 * 2**20), "replace": False})
+"""
+FILLS_THE_DISK = """
+import os
+written = 0
+for where in ("/tmp/fill", "fill", os.path.expanduser("~/fill")):
+    try:
+        with open(where, "wb") as fh:
+            while written < 4 * 2**30:
+                fh.write(bytes(64 * 2**20))
+                written += 64 * 2**20
+    except OSError as e:
+        print("stopped:", type(e).__name__, e.errno)
+print(f"wrote {written // 2**20} MB")
+"""
+SLEEP = "import time\ntime.sleep(15)"  # under the cell timeout (20 s), over the notebook's budget (40 s) in three cells
+DEAF = "import time\nwhile True:\n    try:\n        time.sleep(1)\n    except KeyboardInterrupt:\n        pass"
+TELLS_THE_HIDDEN_INPUTS = {"scaled_dot_product_attention": """import threading
+import torch
+from IPython.display import display
+
+SEEN = []
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    print("inputs:", q.flatten()[:4].tolist(), k.flatten()[:4].tolist())
+    display({"text/plain": repr(v.flatten()[:4].tolist())}, raw=True)
+    SEEN.append(q.flatten()[:4].tolist())
+    threading.Timer(1.0, lambda: print("later:", SEEN)).start()
+    try:
+        open("/tmp/seen.txt", "a").write(repr(q.flatten()[:4].tolist()))
+    except OSError:
+        pass
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return weights @ v, weights
+"""}
+TELLS_LATER = "import time, os\ntime.sleep(2)\nprint('kept:', SEEN)\nprint('file:', open('/tmp/seen.txt').read() if os.path.exists('/tmp/seen.txt') else '')"
+
+
+def sleepy():
+    nb = complete()
+    for _ in range(3):
+        nb = with_cell(SLEEP, after="check_scaled_dot_product_attention", nb=nb)
+    return nb
+
+
 # student: (what to write, expected score, words the instructor must see about it)
 CATALOG = {
     "good": (complete, FULL, None),
-    "stub_loops_forever": (lambda: complete(sdpa("    while True:\n        pass\n")), LOST_SDPA, "did not finish within"),
+    "stub_loops_forever": (lambda: complete(sdpa("    while True:\n        pass\n")), FULL - SDPA, "did not finish within"),
     "cell_loops_forever": (lambda: with_cell("while True:\n    pass"), FULL, None),
     "memory_exhaustion": (lambda: with_cell("hog = bytearray(64 * 2**30)"), FULL, None),
-    "memory_in_stub": (lambda: complete(sdpa("    return bytearray(64 * 2**30)\n")), LOST_SDPA, "raised MemoryError"),
+    "memory_in_stub": (lambda: complete(sdpa("    return bytearray(64 * 2**30)\n")), FULL - SDPA, "raised MemoryError"),
     "process_bomb": (lambda: bomb_at_the_end(), FULL, None),
     "sys_exit": (lambda: with_cell("import sys\nsys.exit()"), FULL, None),
     "os_exit": (lambda: with_cell("import os\nos._exit(1)"), 3, "kernel died"),
     "kernel_crash": (lambda: with_cell("import ctypes\nctypes.string_at(0)"), 3, "kernel died"),
     "megabytes_printed": (lambda: complete(sdpa("    print('x' * 1000 + '\\n' * 1000)\n    s = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5\n    if mask is not None:\n        s = s.masked_fill(~mask, float('-inf'))\n    w = torch.softmax(s, -1).nan_to_num(0.0)\n    return w @ v, w\n")), FULL, None),
-    "nan_output": (lambda: complete(sdpa("    return q * float('nan'), q\n")), LOST_SDPA, "NaN"),
-    "inf_output": (lambda: complete(sdpa("    w = torch.zeros(*q.shape[:-1], k.shape[-2])\n    return (w @ v) + float('inf'), w\n")), LOST_SDPA, "inf"),
-    "wrong_shape": (lambda: complete(sdpa("    return v, q\n")), LOST_SDPA, "has shape"),
-    "wrong_dtype": (lambda: complete(sdpa("    w = torch.softmax(q.double() @ k.double().transpose(-2, -1), -1)\n    return w @ v.double(), w\n")), LOST_SDPA, "has dtype"),
-    "wrong_device": (lambda: complete(sdpa("    w = torch.softmax(q @ k.transpose(-2, -1), -1)\n    return (w @ v).to('meta'), w.to('meta')\n")), LOST_SDPA, "is on meta"),
-    "numpy_instead_of_tensor": (lambda: complete(sdpa("    w = torch.softmax(q @ k.transpose(-2, -1), -1)\n    return (w @ v).detach().numpy(), w\n")), LOST_SDPA, "numpy.ndarray"),
+    "nan_output": (lambda: complete(sdpa("    w = torch.softmax(q @ k.transpose(-2, -1), -1)\n    return (w @ v) * float('nan'), w\n")), FULL - SDPA, "NaN"),
+    "inf_output": (lambda: complete(sdpa("    w = torch.zeros(*q.shape[:-1], k.shape[-2])\n    return (w @ v) + float('inf'), w\n")), FULL - SDPA, "inf"),
+    "wrong_shape": (lambda: complete(sdpa("    return v, q\n")), FULL - SDPA, "has shape"),
+    "wrong_dtype": (lambda: complete(sdpa("    w = torch.softmax(q.double() @ k.double().transpose(-2, -1), -1)\n    return w @ v.double(), w\n")), FULL - SDPA, "has dtype"),
+    "wrong_device": (lambda: complete(sdpa("    w = torch.softmax(q @ k.transpose(-2, -1), -1)\n    return (w @ v).to('meta'), w.to('meta')\n")), FULL - SDPA, "is on meta"),
+    "numpy_instead_of_tensor": (lambda: complete(sdpa("    w = torch.softmax(q @ k.transpose(-2, -1), -1)\n    return (w @ v).detach().numpy(), w\n")), FULL - SDPA, "numpy.ndarray"),
     "edited_test_cells": (lambda: edited_tests(blank()), 0, "not implemented"),
     "deleted_test_cell": (lambda: without(complete(), "check_scaled_dot_product_attention"), FULL - 4, None),
     "duplicated_test_cell": (lambda: duplicated(blank(), "check_causal_mask"), 0, "not implemented"),
@@ -251,14 +413,14 @@ CATALOG = {
     # tampering: no credit for what was tampered with, and the feedback says why
     "rebinds_check": (lambda: with_cell("check = lambda *args, **kwargs: None", after="setup", nb=blank()), 0, "the check did not run"),
     "patches_the_comparison": (lambda: with_cell("import autograder.core as c\nc.compare_outcomes = lambda *a, **k: ''\nc.compare_value = lambda *a, **k: ''", after="setup",
-                                                 nb=complete(sdpa("    w = torch.zeros(*q.shape[:-1], k.shape[-2])\n    return w @ v, w\n"))), LOST_SDPA, "off by"),
+                                                 nb=complete(sdpa("    w = torch.zeros(*q.shape[:-1], k.shape[-2])\n    return w @ v, w\n"))), FULL - SDPA, "off by"),
     "patches_torch_comparisons": (lambda: with_cell("import torch\ntorch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\ntorch.testing.assert_close = lambda *a, **k: None", after="setup",
-                                                    nb=complete(sdpa("    w = torch.zeros(*q.shape[:-1], k.shape[-2])\n    return w @ v, w\n"))), LOST_SDPA, None),
+                                                    nb=complete(sdpa("    w = torch.zeros(*q.shape[:-1], k.shape[-2])\n    return w @ v, w\n"))), FULL - SDPA, None),
     "uses_solutions_lib": (lambda: complete({"scaled_dot_product_attention": "from solutions_lib.attention import scaled_dot_product_attention"}), LOST_SDPA, "NameError"),
-    # attention_scores is left a stub (0 points), then its reference would stand in for it in the exercises that use it
+    # attention_scores is left a stub (0 points); the exercises that use it keep theirs: their own code is right
     "borrows_a_reference_after_its_check": (lambda: with_cell("from solutions_lib.attention import attention_scores", after="check_attention_scores",
                                                              nb=complete({"attention_scores": "def attention_scores(q, k):\n    raise NotImplementedError()\n"})),
-                                            LOST_SDPA - 2, None),
+                                            FULL - 2, None),
     **{name: (lambda code=code: attack(code), 0, None) for name, code in ATTACKS.items()},
     **{name: (lambda code=code: at_the_end(code), FULL, None) for name, code in AFTER_THE_CHECKS.items()},
     "invalid_json": ("{ this is not json", 0, "could not be read"),
@@ -266,6 +428,36 @@ CATALOG = {
     "missing_notebook": (None, 0, "missing"),
     "extra_files": (complete, FULL, None),
 }
+# the crossings of the wall, each graded through `grade` here and through plain nbgrader below
+CROSSINGS = {
+    # files in: refused before anything with the grader's rights copies or reads them
+    "links_to_the_reference": (Folder(_links_to_the_reference, stolen), 0, "is a link"),
+    "links_to_system_files": (Folder(lambda f, fill: [_link("notes.txt", "/etc/shadow")(f, fill), _link("home", "/root")(f, fill)]), 0, "is a link"),
+    "links_its_notebook_to_a_classmate": (Folder(_notebook_is_a_link, blank), 0, "is a link"),
+    "links_its_folder_to_a_classmate": (Folder(_folder_is_a_link, blank), 0, "link"),
+    "holds_a_pipe": (Folder(lambda f, fill: os.mkfifo(f / "notes.txt")), 0, "a pipe"),
+    "holds_a_huge_file": (Folder(_big_file), 0, "MB"),
+    "holds_many_files": (Folder(_many_files), 0, "more than"),
+    # results out: a typed format with size and depth caps, read in time linear in its size
+    "forges_a_memo_bomb": (lambda: forged(MEMO_BOMB), 0, "could not be read"),
+    "forges_deep_results": (lambda: forged(DEEP_RESULT), 0, "could not be read"),
+    "forges_a_lying_tensor": (lambda: forged(LYING_TENSOR), 0, "could not be read"),
+    "forges_huge_results": (lambda: forged(HUGE_RESULT), 0, None),
+    "forges_many_keys": (lambda: forged(MANY_KEYS), 0, None),
+    # charged once, never credited for junk: downstream code that only calls a raising upstream earns nothing,
+    # downstream code that is right keeps its points
+    "junk_on_a_raising_mistake": (lambda: complete({"attention_scores": mistake_source("attention_scores", K_DOT), **JUNK}), 3, K_DOT.says),
+    "right_on_a_raising_mistake": (lambda: complete({"attention_scores": mistake_source("attention_scores", K_DOT)}), FULL - 2, K_DOT.says),
+    # outputs, disk, time: bounded; what finished in time keeps its points
+    "floods_its_outputs": (lambda: at_the_end(FLOOD), FULL, None),
+    "floods_the_reply": (lambda: at_the_end(FLOODS_THE_REPLY), FULL, None),
+    "fills_the_disk": (lambda: at_the_end(FILLS_THE_DISK), FULL, None),
+    "sleeps_through_the_budget": (sleepy, 1 + 2 + SDPA, "used up its"),
+    "ignores_interrupts": (lambda: with_cell(DEAF, after="check_scaled_dot_product_attention"), 1 + 2 + SDPA, "not run: the kernel"),
+    # hidden stays hidden: nothing printed, displayed or kept while a case runs reaches the feedback
+    "tells_the_hidden_inputs": (lambda: with_cell(TELLS_LATER, after="check_SelfAttention", nb=complete(TELLS_THE_HIDDEN_INPUTS)), FULL, None),
+}
+CATALOG |= CROSSINGS
 
 
 def write(course, student, make, fill=None):
@@ -277,11 +469,13 @@ def write(course, student, make, fill=None):
     elif isinstance(make, str):
         path.write_text(make)
     else:
-        nb = make()
+        nb = (make.nb if isinstance(make, Folder) else make)()
         for cell in nb.cells:
             for key, value in (fill or {}).items():
                 cell.source = cell.source.replace("{" + key + "}", str(value))
         nbformat.write(nb, path)
+        if isinstance(make, Folder):
+            make.prepare(folder, {k: str(v) for k, v in (fill or {}).items()})
     if student == "extra_files":
         (folder / "notes.txt").write_text("scratch")
         nbformat.write(blank(), folder / "scratch.ipynb")
@@ -382,7 +576,8 @@ def plain_nbgrader_course(tmp_path_factory, course_code, bad_course):
     in two courses at once, half of the attacks and a classmate in each."""
     listener = Listener()
     env = os.environ | LIMITS | {"PYTHONPATH": str(course_code), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    attackers = [*ATTACKS, *AFTER_THE_CHECKS]
+    slow = ["sleeps_through_the_budget", "ignores_interrupts", "floods_the_reply", "forges_huge_results"]  # a minute or half each
+    attackers = slow + [s for s in [*ATTACKS, *AFTER_THE_CHECKS, *CROSSINGS] if s not in slow]
 
     def grade(half):
         course = tmp_path_factory.mktemp("plain")
@@ -418,9 +613,67 @@ def test_bad_submission_gets_its_grade_and_a_reason(bad_course, student):
         assert words in reasons, (student, reasons)
 
 
-@pytest.mark.parametrize("student", [*ATTACKS, *AFTER_THE_CHECKS])
+@pytest.mark.parametrize("student", [*ATTACKS, *AFTER_THE_CHECKS, *CROSSINGS])
 def test_an_attack_scores_the_same_through_plain_nbgrader(plain_nbgrader_course, student):
     assert float(plain_nbgrader_course["grades"][student]["score"]) == pytest.approx(CATALOG[student][1])
+
+
+def tree_bytes(folder):
+    return b"".join(p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file() and not p.is_symlink())
+
+
+@pytest.mark.parametrize("student", [s for s, (make, _, _) in CROSSINGS.items() if isinstance(make, Folder)])
+def test_nothing_outside_a_refused_submission_is_read(bad_course, student):
+    course = bad_course["course"]
+    assert not (course / "autograded" / student).exists()
+    assert sorted(p.name for p in (course / "feedback" / student / NAME).iterdir()) == [f"{NAME}.html"]
+    page = (course / "feedback" / student / NAME / f"{NAME}.html").read_text()
+    assert "not graded" in page and "class SelfAttention" not in page
+    secret = Path("/etc/shadow").read_bytes()[:24] if os.access("/etc/shadow", os.R_OK) else None
+    if secret:
+        assert secret not in tree_bytes(course / "feedback" / student) + tree_bytes(course / "autograded")
+
+
+def test_outputs_are_bounded(bad_course):
+    from autograder.grading import limits
+
+    cap = limits.load(ROOT).outputs_mb * 2**20
+    course = bad_course["course"]
+    for student in ("floods_its_outputs", "floods_the_reply"):
+        assert (course / "autograded" / student / NAME / f"{NAME}.ipynb").stat().st_size < cap + 2**20
+        assert (course / "feedback" / student / NAME / f"{NAME}.html").stat().st_size < cap + 3 * 2**20
+
+
+def test_the_sandbox_writes_no_more_than_its_scratch(bad_course):
+    import re
+
+    from autograder.grading import limits
+
+    nb = nbformat.read(bad_course["course"] / "autograded" / "fills_the_disk" / NAME / f"{NAME}.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+    written = int(re.search(r"wrote (\d+) MB", text).group(1))
+    assert written <= limits.load(ROOT).scratch_mb and "stopped: OSError" in text
+
+
+def test_nothing_a_case_printed_or_kept_reaches_the_feedback(bad_course, plain_nbgrader_course):
+    # every case's inputs, as the learner's code printed them; the public ones are no secret, but
+    # they show that nothing of any case got out
+    values = [repr(case.make().args[0].flatten()[0].item()) for case in registry.get("scaled_dot_product_attention").cases()]
+    course = bad_course["course"]
+    text = (course / "autograded" / "tells_the_hidden_inputs" / NAME / f"{NAME}.ipynb").read_text()
+    text += (course / "feedback" / "tells_the_hidden_inputs" / NAME / f"{NAME}.html").read_text()
+    assert "kept: [" in text  # the lesson's own cells ran it in the kernel: those stay, and nothing of a case
+    assert not [v for v in values if v in text]
+
+
+def test_a_hanging_submission_keeps_what_finished_and_says_why(bad_course):
+    # sleeping cells use up the budget; a cell deaf to interrupts is stopped by the cell timeout, and the kernel
+    # that never answers again costs the cells after it
+    for student, says in (("sleeps_through_the_budget", "not run: the notebook used up its 40 s"),
+                          ("ignores_interrupts", "not run: the kernel stopped answering in cell")):
+        results = results_of(bad_course["course"], student, NAME)
+        assert [r.status for r in results.values()][:3] == ["passed"] * 3
+        assert says in results["SelfAttention"].reason
 
 
 def test_the_classmate_keeps_full_marks(bad_course, plain_nbgrader_course):

@@ -124,3 +124,18 @@ def test_no_sandbox_grades_and_says_so_on_every_row(tmp_path):
     assert [(p["student_id"], p["reason"]) for p in read_problems(tmp_path)] == [("ada", sandbox.UNSAFE_NOTE), ("ben", sandbox.UNSAFE_NOTE)]
     nb = nbformat.read(tmp_path / "autograded" / "ada" / NAME / f"{NAME}.ipynb", as_version=4)
     assert "recorded" not in json.dumps(nb)  # graded through the same comparison as in the sandbox
+
+
+def test_the_readme_states_the_limits_nbgrader_config_sets():
+    from autograder.nbgrader_api import load_config
+
+    lim = limits.load(ROOT)
+    text = (ROOT / "README.md").read_text()
+    for said in [f"at most {lim.submission_file_mb} MB a file, {lim.submission_folder_mb} MB and {lim.submission_entries} entries",
+                 f"tmpfs of {lim.scratch_mb} MB", f"{lim.memory_mb // 1024} GiB of address space and {lim.cpu_seconds} s of CPU",
+                 f"{lim.processes} processes", f"{lim.notebook_seconds} s of wall clock for the whole notebook",
+                 f"a cell {load_config(ROOT).Execute.timeout} s, a case of a check {lim.check_seconds} s", f"at most {lim.result_mb} MB a check cell",
+                 f"runs within {lim.verdict_seconds} s", f"{lim.output_kb} kB an output and {lim.outputs_mb} MB a notebook",
+                 f"over {lim.frame_bytes / 2**20:.1f} MB from the kernel",
+                 f"after {Grader.deadline(type('G', (), {'limits': lim})())} s"]:
+        assert said in text, said

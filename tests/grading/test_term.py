@@ -13,7 +13,8 @@ from nbgrader.api import Gradebook
 
 from autograder import registry
 from autograder.course import sqlite_url
-from autograder.grading.grade import read_grades
+from autograder.grading import intake
+from autograder.grading.grade import read_grades, read_problems
 from autograder.release import fill_submission, mistake_source
 from conftest import ROOT
 
@@ -73,7 +74,16 @@ def term(tmp_path_factory):
                      "cy": fill_submission(released, solution, mistakes)}[who]
         nbformat.write(work[who], path)
         student(who, "submit", NAME)
+    # mallory submits too, then plants a link to the solutions and a pipe in her submission in the exchange,
+    # where she may write: collect copies neither, and says so
+    student("mallory", "fetch_assignment", NAME)
+    student("mallory", "submit", NAME)
+    inbound = next((exchange / "seqcourse" / "inbound").glob(f"mallory+{NAME}+*"))
+    (inbound / "answers.ipynb").symlink_to(course / "solutions" / NAME / f"{NAME}.ipynb")
+    os.mkfifo(inbound / "notes.txt")
     instructor("collect", NAME)
+    collected = course / "submitted" / "mallory" / NAME
+    mallory = {"files": sorted(p.name for p in collected.iterdir()), "links": [p for p in collected.rglob("*") if p.is_symlink()]}
     grade()
     first = {g["student_id"]: float(g["score"]) for g in read_grades(course)}
 
@@ -98,9 +108,10 @@ def term(tmp_path_factory):
 
     instructor("export", "--to", str(top / "export.csv"))
     instructor("release_feedback", NAME)
-    for who in ("ada", "ben", "cy"):
+    for who in ("ada", "ben", "cy", "mallory"):
         student(who, "fetch_feedback", NAME)
-    return {"top": top, "course": course, "first": first, "second": second, "second_run": second_run,
+    return {"top": top, "course": course, "first": first, "second": second, "second_run": second_run, "mallory": mallory,
+            "problems": read_problems(course),
             "validated": validated.stdout + validated.stderr,
             "status": sh("git", "status", "--porcelain", "--untracked-files=all", cwd=course).stdout}
 
@@ -109,9 +120,18 @@ def test_the_first_grading(term):
     assert term["first"]["ada"] == FULL and term["first"]["ben"] == 0 and 0 < term["first"]["cy"] < FULL
 
 
+def test_collect_takes_no_link_or_pipe_out_of_the_exchange_and_grading_says_why(term):
+    assert term["mallory"]["links"] == [] and term["mallory"]["files"] == [intake.REFUSED, f"{NAME}.ipynb", "submission_secret.txt", "timestamp.txt"]
+    assert term["first"]["mallory"] == 0 and term["second"]["mallory"] == 0
+    reason = next(p["reason"] for p in term["problems"] if p["student_id"] == "mallory")
+    assert "nbgrader collect refused this submission: 'answers.ipynb' is a link" in reason and "'notes.txt' is a pipe" in reason
+    page = next((term["top"] / "mallory" / NAME / "feedback").rglob(f"{NAME}.html")).read_text()
+    assert "not graded" in page and "answers.ipynb" in page
+
+
 def test_a_resubmission_is_regraded_and_a_manual_grade_survives(term):
-    assert term["second"] == {"ada": FULL, "ben": 1.0, "cy": FULL}
-    assert "graded 1, unchanged 2, failed 0" in term["second_run"]
+    assert term["second"] == {"ada": FULL, "ben": 1.0, "cy": FULL, "mallory": 0}
+    assert "graded 1, unchanged 2, failed 1" in term["second_run"]
 
 
 def test_nbgrader_export_agrees_with_grades_csv(term):

@@ -193,3 +193,96 @@ def test_an_exercise_wrong_on_its_own_is_charged_even_when_an_earlier_one_has_th
     reports = graded_in_process("05_self_attention", code)
     assert reports["attention_scores"].fraction < 1 and reports["scaled_dot_product_attention"].fraction < 1
     assert reports["scaled_dot_product_attention"].failures()[0].diagnosis == sdpa.says
+
+
+# ---------------------------------------------------------------- never credited for junk
+
+
+JUNK_DOWNSTREAM = [(ex, d) for ex in EXERCISES if ex.kind == "function" for d in ex.depends_on]
+
+
+@pytest.mark.parametrize("exercise,dep", JUNK_DOWNSTREAM, ids=lambda x: x if isinstance(x, str) else x.name)
+def test_code_that_only_calls_a_wrong_earlier_exercise_earns_nothing_from_it(exercise, dep, grading):
+    # each of the earlier exercise's mistakes in turn (those that raise, too), and a downstream that
+    # hands its arguments to it: the reference's answers serve only the calls the reference makes, so
+    # it earns what its code computes and nothing more (dot_score's "scaled" mistake IS scaled_dot_score)
+    from autograder.release import mistake_source
+
+    grading(exercise.notebook)
+    for mistake in registry.get(dep).mistakes:
+        junk = f"def {exercise.name}(*args, **kwargs):\n    return {dep}(*args, **kwargs)\n"
+        report = graded_in_process(exercise.notebook, mistake_source(dep, mistake) + "\n\n" + junk)[exercise.name]
+        own = core.check_exercise(exercise, None, hidden=True, outcomes=[
+            core.run_call("function", False, mistake.impl, case.make(), case.grad) for case in exercise.cases()])
+        assert report.score == own.score < exercise.points or mistake.name == "scaled", (mistake.name, report.score)
+
+
+def test_the_grader_serves_only_the_calls_the_reference_makes():
+    from autograder.grading import replay
+
+    oracle = replay.Oracle("05_self_attention")
+    call = oracle.book["scaled_dot_product_attention"][0][0]
+    ask = {"op": "call", "exercise": "scaled_dot_product_attention", "case": 0, "dep": "attention_scores"}
+    q, k = call.bound["q"], call.bound["k"]
+    assert "result" in oracle.handle(ask | {"args": (q, k), "kwargs": {}})
+    assert "result" in oracle.handle(ask | {"args": (), "kwargs": {"k": k, "q": q + 1e-7}})  # within tolerance
+    for request in [ask | {"args": (k, q), "kwargs": {}}, ask | {"args": (q + 1, k), "kwargs": {}}, ask | {"case": 99},
+                    ask | {"args": (q,), "kwargs": {}}, ask | {"dep": "causal_mask"}, ask | {"exercise": "nope"},
+                    {"op": "vjp", "id": 12345, "grads": []}, {"op": "vjp", "id": 0, "grads": [torch.zeros(1)]}, "not a dict", [1, 2]]:
+        assert "miss" in oracle.handle(request), request
+
+
+def test_the_graders_socket_survives_any_bytes(tmp_path):
+    import socket
+    import struct
+    import time
+
+    from autograder import wire
+    from autograder.grading import replay
+
+    oracle = replay.Oracle("05_self_attention")
+    path = tmp_path / "oracle.sock"
+    oracle.serve(path, 2**20)
+    try:
+        for junk in [b"\x00" * 3, struct.pack("<Q", 2**62), struct.pack("<Q", 5) + b"hello", b"x" * 5000]:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(str(path))
+                s.sendall(junk)
+                s.settimeout(10)
+                try:
+                    s.recv(1 << 16)  # an answer or the door closing, never a hang or a dead server
+                except (ConnectionResetError, socket.timeout):
+                    pass
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(path))
+            data = wire.encode({"op": "wrong", "exercise": "SelfAttention", "used": ["scaled_dot_product_attention"]})
+            s.sendall(struct.pack("<Q", len(data)) + data)
+            s.settimeout(10)
+            (n,) = struct.unpack("<Q", s.recv(8))
+            body = b""
+            while len(body) < n:
+                body += s.recv(n - len(body))
+            assert wire.decode(body, 2**20) == {"wrong": ["scaled_dot_product_attention"]}
+    finally:
+        oracle.close()
+        time.sleep(0.1)
+
+
+def test_the_verdict_of_a_notebook_runs_under_a_time_limit(grading, monkeypatch):
+    import time
+
+    grading("05_self_attention")
+    cells = [check_cell(n, sent(n, registry.get(n).reference)) for n in ("qkv_projections", "causal_mask", "padding_mask")]
+    real = verdict.verdict
+
+    def slow(ex, cell, *args, **kwargs):
+        if ex.name == "causal_mask":
+            time.sleep(30)
+        return real(ex, cell, *args, **kwargs)
+
+    monkeypatch.setattr(verdict, "verdict", slow)
+    nb = verdict.grade_test_cells(nbformat.v4.new_notebook(cells=cells), seconds=2)
+    results = {r.exercise: r for r in notebook_results(nb)}
+    assert results["qkv_projections"].status == "passed"
+    for name in ("causal_mask", "padding_mask"):
+        assert results[name].score == 0 and "did not finish within its 2 s" in results[name].reason

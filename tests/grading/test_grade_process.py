@@ -1,0 +1,111 @@
+"""`grade`'s own processes: stopping it (Ctrl-C, SIGTERM, kill -9) stops every worker and sandbox,
+and a worker that does not finish a submission in time is stopped and the class graded without it."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell
+
+from autograder import registry
+from autograder.grading.grade import Grader, read_grades, read_problems
+from autograder.release import fill_submission
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+NAME = "05_self_attention"
+FULL = sum(ex.points for ex in registry.for_notebook(NAME))
+
+
+def submission(course, student, hang=False):
+    rel = nbformat.read(ROOT / "notebooks" / NAME / f"{NAME}.ipynb", as_version=4)
+    sol = nbformat.read(ROOT / "solutions" / NAME / f"{NAME}.ipynb", as_version=4)
+    nb = fill_submission(rel, sol)
+    if hang:
+        nb.cells.insert(1, new_code_cell("import time\ntime.sleep(3600)"))
+    path = course / "submitted" / student / NAME / f"{NAME}.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(nb, path)
+
+
+def descendants(pid):
+    """{pid: command line} of every process below `pid` (bwrap's sandboxes included: they keep their host parents)."""
+    children, found, todo = {}, {}, [pid]
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(p))
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found[child] = command_line(child)
+            todo.append(child)
+    return found
+
+
+def command_line(pid):
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        return None
+
+
+def alive(processes):
+    """The processes still running (a pid now used by another command is not one of them)."""
+    return {pid: cmd for pid, cmd in processes.items() if command_line(pid) == cmd and cmd
+            and not open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"}
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["ctrl-c", "sigterm", "kill-9"])
+def test_stopping_grade_stops_every_process_it_started(tmp_path, how):
+    for student in ("ada", "ben"):
+        submission(tmp_path, student, hang=True)
+    proc = subprocess.Popen([sys.executable, "-m", "autograder", "grade", str(tmp_path), "--jobs", "2", "--no-progress"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline, started = time.time() + 300, {}
+        while time.time() < deadline:  # until both sandboxes run their kernels
+            started = descendants(proc.pid)
+            if sum(b"bwrap" in cmd for cmd in started.values() if cmd) >= 2 and sum(b"ipykernel" in cmd for cmd in started.values() if cmd) >= 2:
+                break
+            time.sleep(0.5)
+        assert sum(b"ipykernel" in (cmd or b"") for cmd in started.values()) >= 2, started
+        time.sleep(2)
+        started = descendants(proc.pid)
+        os.kill(proc.pid, how)  # grade alone, as a terminal's Ctrl-C reaches it: its workers have sessions of their own
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    if how != signal.SIGKILL:
+        assert proc.returncode == 130 and "every grading process has ended" in out, out
+    deadline = time.time() + 30  # kill -9: the workers die with grade (PR_SET_PDEATHSIG), their sandboxes with them
+    while alive(started) and time.time() < deadline:
+        time.sleep(0.5)
+    assert alive(started) == {}
+
+
+def test_a_submission_past_its_deadline_is_stopped_and_the_class_graded(tmp_path, monkeypatch):
+    # a notebook budget longer than grade's deadline for one submission, so that only the deadline stops it
+    monkeypatch.setenv("AUTOGRADER_NOTEBOOK_SECONDS", "3600")
+    monkeypatch.setenv("AUTOGRADER_CELL_TIMEOUT", "3600")
+    submission(tmp_path, "aa_hangs", hang=True)
+    submission(tmp_path, "bb_honest")
+    submission(tmp_path, "cc_honest")
+
+    class Impatient(Grader):
+        def deadline(self):
+            return 45
+
+    grader = Impatient(tmp_path, root=ROOT, log=lambda *a: None)
+    graded, skipped, failed = grader.run(jobs=1, progress=False)
+    assert failed == [("aa_hangs", NAME)] and sorted(graded) == [("bb_honest", NAME), ("cc_honest", NAME)]
+    scores = {g["student_id"]: float(g["score"]) for g in read_grades(tmp_path)}
+    assert scores == {"aa_hangs": 0, "bb_honest": FULL, "cc_honest": FULL}
+    assert [p["reason"] for p in read_problems(tmp_path)] == ["grading did not finish within 45 s; not graded (0 points)"]
+    assert "did not finish within 45 s" in (tmp_path / "feedback" / "aa_hangs" / NAME / f"{NAME}.html").read_text()
