@@ -142,7 +142,7 @@ class SandboxedExecute(Execute):
 
     def _update_display_id(self, display_id, msg):
         data = msg.get("content", {}).get("data", {})
-        size = sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in data.values()) if isinstance(data, dict) else 0
+        size = _data_size(data) if isinstance(data, dict) else 0
         if size > self.limits.output_kb * 1024 or self._kept + size > self.limits.outputs_mb * 2**20:
             return  # an update too large is not kept
         self._kept += size
@@ -157,8 +157,16 @@ def _size(out):
         return len(out.get("text", ""))
     if out.get("output_type") == "error":
         return sum(len(str(x)) for x in out.get("traceback", [])) + len(str(out.get("evalue", "")))
-    data = out.get("data", {})
-    return sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in data.values()) + len(json.dumps(out.get("metadata", {})))
+    return _data_size(out.get("data", {})) + len(json.dumps(out.get("metadata", {})))
+
+
+def _data_size(data):
+    """The characters of a display's data, each representation counted."""
+    return sum(_one_size(v) for v in data.values())
+
+
+def _one_size(value):
+    return len(value) if isinstance(value, str) else len(json.dumps(value))
 
 
 def _capped(out, cap):
@@ -172,8 +180,8 @@ def _capped(out, cap):
         out["traceback"] = [str(x)[:cap // 4] for x in out.get("traceback", [])[:3]] + [note]
     elif kind in ("display_data", "execute_result") and _size(out) > cap:
         data = out.get("data", {})
-        kept = {k: v for k, v in data.items() if (len(v) if isinstance(v, str) else len(json.dumps(v))) <= cap // 2}
-        if sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in kept.values()) > cap:
+        kept = {k: v for k, v in data.items() if _one_size(v) <= cap // 2}
+        if _data_size(kept) > cap:
             kept = {}
         out["data"] = kept or {"text/plain": note}
         out["metadata"] = {}

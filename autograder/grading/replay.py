@@ -57,14 +57,28 @@ def recordings(notebook):
     return _recordings[notebook]
 
 
-def _record(ex, case):
+_mistaken = {}
+
+
+def mistaken(exercise, case):
+    """[Recorded, ...]: the calls each catalogued mistake of `exercise` makes into the earlier exercises on
+    its case number `case`, answered by the reference. Served too, so that a learner whose exercise and an
+    earlier one are both wrong still hears which mistake their own code makes (made when first needed)."""
+    if (exercise, case) not in _mistaken:
+        ex = registry.get(exercise)
+        _mistaken[(exercise, case)] = [c for m in ex.mistakes for c in _record(ex, ex.cases()[case], m.impl)]
+    return _mistaken[(exercise, case)]
+
+
+def _record(ex, case, impl=None):
+    """The calls the reference (or `impl`, one of its mistakes, which may fail) makes into earlier exercises on `case`."""
     calls = []
     ref = core.reference_module(ex, case)
     weights = ref.state_dict() if ref is not None else None
     wrapped = {dep: _recorder(dep, _real(dep), calls) for dep in ex.depends_on}
     with in_place(wrapped), torch.random.fork_rng():
-        done = core.run_call(ex.kind, ex.train_mode, ex.reference, case.make(), False, weights, None, ex.state_after)
-    if done.error is not None:
+        done = core.run_call(ex.kind, ex.train_mode, impl or ex.reference, case.make(), False, weights, None, ex.state_after)
+    if done.error is not None and impl is None:
         raise RuntimeError(f"recording {ex.name} [{case.label}] failed: {done.error!r}") from done.error
     return calls
 
@@ -309,19 +323,22 @@ class Oracle:
         case = r.get("case")
         if cases is None or not isinstance(case, int) or not 0 <= case < len(cases):
             return {"miss": "no such exercise or case"}
-        op, dep, key = r.get("op"), r.get("dep"), (r["exercise"], case, r.get("dep"), r.get("op"))
-        if key not in self._index:
-            self._index[key] = [rec for rec in cases[case] if rec.dep == dep and rec.op == op]
-        candidates, start = self._index[key], self._next.get(key, 0)  # code like the reference's asks in its order
-        for i in list(range(start, len(candidates))) + list(range(start)):
-            rec = candidates[i]
-            if not self._matches(rec, r):
-                continue
-            self._next[(r["exercise"], case, dep, op)] = i + 1
-            if op == "call":
-                self.given.append((rec, self._order(rec, r), r.get("params", [])))
-                return {"id": len(self.given) - 1, **rec.answer}
-            return rec.answer
+        op, dep = r.get("op"), r.get("dep")
+        sources = {"reference": lambda: cases[case], "mistakes": lambda: mistaken(r["exercise"], case)}
+        for source, calls in sources.items():  # the reference's calls first, its catalogued mistakes' after
+            key = (r["exercise"], case, dep, op, source)
+            if key not in self._index:
+                self._index[key] = [rec for rec in calls() if rec.dep == dep and rec.op == op]
+            candidates, start = self._index[key], self._next.get(key, 0)  # code like the reference's asks in its order
+            for i in list(range(start, len(candidates))) + list(range(start)):
+                rec = candidates[i]
+                if not self._matches(rec, r):
+                    continue
+                self._next[key] = i + 1
+                if op == "call":
+                    self.given.append((rec, self._order(rec, r), r.get("params", [])))
+                    return {"id": len(self.given) - 1, **rec.answer}
+                return rec.answer
         return {"miss": f"the reference never makes this {op} of {dep} on this case"}
 
     def _matches(self, rec, r):

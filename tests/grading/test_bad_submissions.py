@@ -34,7 +34,7 @@ SDPA = 4  # scaled_dot_product_attention's points; SelfAttention, which uses it,
 LOST_SDPA = FULL - SDPA - 3  # scaled_dot_product_attention, and SelfAttention when it cannot run at all
 # Short limits so that the endless loops and sleeps of the catalog end quickly, with room for a
 # machine that runs other tests beside these (make test: two workers).
-LIMITS = {"AUTOGRADER_CHECK_SECONDS": "8", "AUTOGRADER_CELL_TIMEOUT": "20", "AUTOGRADER_NOTEBOOK_SECONDS": "40",
+LIMITS = {"AUTOGRADER_CHECK_SECONDS": "8", "AUTOGRADER_CELL_TIMEOUT": "30", "AUTOGRADER_NOTEBOOK_SECONDS": "50",
           "AUTOGRADER_PROCESSES": "64"}
 
 
@@ -354,7 +354,7 @@ for where in ("/tmp/fill", "fill", os.path.expanduser("~/fill")):
         print("stopped:", type(e).__name__, e.errno)
 print(f"wrote {written // 2**20} MB")
 """
-SLEEP = "import time\ntime.sleep(15)"  # under the cell timeout (20 s), over the notebook's budget (40 s) in three cells
+SLEEP = "import time\ntime.sleep(20)"  # under the cell timeout (30 s), over the notebook's budget (50 s) in three cells
 DEAF = "import time\nwhile True:\n    try:\n        time.sleep(1)\n    except KeyboardInterrupt:\n        pass"
 TELLS_THE_HIDDEN_INPUTS = {"scaled_dot_product_attention": """import threading
 import torch
@@ -669,7 +669,7 @@ def test_nothing_a_case_printed_or_kept_reaches_the_feedback(bad_course, plain_n
 def test_a_hanging_submission_keeps_what_finished_and_says_why(bad_course):
     # sleeping cells use up the budget; a cell deaf to interrupts is stopped by the cell timeout, and the kernel
     # that never answers again costs the cells after it
-    for student, says in (("sleeps_through_the_budget", "not run: the notebook used up its 40 s"),
+    for student, says in (("sleeps_through_the_budget", "not run: the notebook used up its 50 s"),
                           ("ignores_interrupts", "not run: the kernel stopped answering in cell")):
         results = results_of(bad_course["course"], student, NAME)
         assert [r.status for r in results.values()][:3] == ["passed"] * 3
