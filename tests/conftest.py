@@ -111,15 +111,16 @@ def results_of(course, student, name):
 COMPLETE, BLANK, TWO_MISTAKES = DEMO_STUDENTS
 
 
-def judged_in_process(notebook, namespace):
+def judged_in_process(notebook, namespace, only=None):
     """{exercise: Report} as the grader judges a learner whose notebook ran into `namespace`, in this
     process: what each check sends (autograder.record, the reference's answers served by an in-process
-    autograder.grading.replay oracle), judged by autograder.grading.verdict. record.CASES must be set."""
+    autograder.grading.replay oracle), judged by autograder.grading.verdict. record.CASES must be set.
+    `only`: the exercises to judge (default all)."""
     from autograder import core, record
     from autograder.grading import replay, verdict
 
     reports = {}
-    for ex in registry.for_notebook(notebook):
+    for ex in [ex for ex in registry.for_notebook(notebook) if only is None or ex.name in only]:
         sent = record.outcomes(ex.name, namespace.get(ex.name), namespace, oracle=replay.InProcess(notebook, reports))
         found = verdict._padded(ex, [core.outcome_from_plain(d) for d in sent["outcomes"]])
         replayed = None if sent["replayed"] is None else verdict._padded(ex, [core.outcome_from_plain(d) for d in sent["replayed"]])

@@ -152,7 +152,7 @@ USED = [(ex, m) for ex in EXERCISES for m in ex.mistakes
         if any(ex.name in other.depends_on for other in registry.for_notebook(ex.notebook))]
 
 
-def graded_in_process(notebook, code):
+def graded_in_process(notebook, code, only=None):
     """The verdicts, as GradeChecks gives them, on a learner whose notebook holds the lesson's code
     (the reference modules' source) followed by `code`, run in this process."""
     import importlib
@@ -165,7 +165,7 @@ def graded_in_process(notebook, code):
     for module in sorted({obj.__module__ for obj in lessons}):
         exec(inspect.getsource(importlib.import_module(module)), namespace)
     exec(code, namespace)
-    return judged_in_process(notebook, namespace)
+    return judged_in_process(notebook, namespace, only)
 
 
 @pytest.mark.parametrize("exercise,mistake", USED, ids=lambda x: x.name)
@@ -211,7 +211,7 @@ def test_code_that_only_calls_a_wrong_earlier_exercise_earns_nothing_from_it(exe
     grading(exercise.notebook)
     for mistake in registry.get(dep).mistakes:
         junk = f"def {exercise.name}(*args, **kwargs):\n    return {dep}(*args, **kwargs)\n"
-        report = graded_in_process(exercise.notebook, mistake_source(dep, mistake) + "\n\n" + junk)[exercise.name]
+        report = graded_in_process(exercise.notebook, mistake_source(dep, mistake) + "\n\n" + junk, only={dep, exercise.name})[exercise.name]
         own = core.check_exercise(exercise, None, hidden=True, outcomes=[
             core.run_call("function", False, mistake.impl, case.make(), case.grad) for case in exercise.cases()])
         assert report.score == own.score < exercise.points or mistake.name == "scaled", (mistake.name, report.score)
@@ -248,6 +248,7 @@ def test_the_graders_socket_survives_any_bytes(tmp_path):
             with socket.socket(socket.AF_UNIX) as s:
                 s.connect(str(path))
                 s.sendall(junk)
+                s.shutdown(socket.SHUT_WR)
                 s.settimeout(10)
                 try:
                     s.recv(1 << 16)  # an answer or the door closing, never a hang or a dead server
