@@ -56,22 +56,22 @@ def _exercise(name):
 def outcomes(name, obj, namespace=None, oracle=None):
     """{"outcomes": what `obj` computes on each of exercise `name`'s cases, as plain data,
     "used": the exercises it uses that it reached through the notebook's names while doing so,
-    "replayed": its outcomes with those answered by the reference (None when it used none)}."""
+    "replayed": its outcomes with those answered by the reference, when one it used is wrong (else None)}."""
     ex = _exercise(name)
     namespace = vars(sys.modules["__main__"]) if namespace is None else namespace
-    found, used = _run(ex, name, obj, namespace, {})
+    found, used = _run(ex, name, obj, namespace)
     replayed = None
     oracle = oracle or (Oracle.connect() if used else None)
     if used and oracle is not None:
         with contextlib.closing(oracle):
             if oracle.ask({"op": "wrong", "exercise": name, "used": sorted(used)}).get("wrong"):  # else nothing to judge again
-                replayed, _ = _run(ex, name, obj, namespace, {n: oracle for n in ex["depends_on"]})
+                replayed, _ = _run(ex, name, obj, namespace, oracle)
     return {"outcomes": found, "used": sorted(used), "replayed": replayed}
 
 
-def _run(ex, name, obj, namespace, served):
+def _run(ex, name, obj, namespace, oracle=None):
     found, used = [], set()
-    with watching(namespace, ex["depends_on"], used, served, name):
+    with watching(namespace, ex["depends_on"], used, oracle, name):
         for i, (blob, grad, weights) in enumerate(ex["cases"]):
             call = core.restored_call(torch.load(io.BytesIO(blob), weights_only=False))
             Served.case = i
@@ -83,12 +83,12 @@ def _run(ex, name, obj, namespace, served):
 
 
 @contextlib.contextmanager
-def watching(namespace, names, used, served=None, exercise=""):
+def watching(namespace, names, used, oracle=None, exercise=""):
     """For a while, the notebook's `names` (earlier exercises) note in `used` when they are called;
-    those in `served` are replaced by the reference's answers from that oracle."""
+    with an `oracle`, they answer with the reference's answers from it, for `exercise`'s cases."""
     saved = {n: namespace[n] for n in names if callable(namespace.get(n))}
     for n, obj in saved.items():
-        namespace[n] = _noting(n, Served.stand_in(n, obj, served[n], exercise) if n in served else obj, used)
+        namespace[n] = _noting(n, Served.stand_in(n, obj, oracle, exercise) if oracle else obj, used)
     try:
         yield
     finally:
