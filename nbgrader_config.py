@@ -70,7 +70,11 @@ from nbgrader.preprocessors import (  # noqa: E402
     SaveAutoGrades,
 )
 
-from autograder.grading import intake, sandbox  # noqa: E402
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
+from nbgrader.preprocessors import GetGrades  # noqa: E402
+
+from autograder.grading import csp, intake, sandbox  # noqa: E402
+from autograder.grading.inert import Inert  # noqa: E402
 from autograder.grading.nbgrader_ext import DeduplicateCells, GradeChecks, SandboxedExecute  # noqa: E402
 
 # A submission folder with a link, a device, a pipe or anything over the limits is refused before
@@ -96,4 +100,14 @@ c.Autograde.autograde_preprocessors = [
     SaveAutoGrades,
     AssignLatePenalties,
     CheckCellMetadata,
+    Inert,
 ]
+
+# Nothing a student wrote, or their code displayed, runs in the browser of whoever views it: the
+# autograded notebook (which the formgrader shows) is made inert above, and so is every notebook
+# again before its feedback page is written (autograder.grading.inert); both pages also forbid
+# scripts their templates did not write (autograder.grading.csp; the formgrader's through the server
+# extension jupyter-config/instructor enables).
+c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, Inert]
+c.HTMLExporter.preprocessors = [Inert]  # the formgrader's renderer: a notebook autograded before, or elsewhere, too
+csp.guard_feedback()

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.grading import gradebook, intake, limits, sandbox, views
+from autograder.grading import csp, gradebook, intake, limits, sandbox, views
 from autograder.course import CourseError, assignments, digest, find_root, sqlite_url, tool_env
 from autograder.grading.nbgrader_jobs import RESULT_PREFIX
 from autograder.nbgrader_api import api_for, generate_assignments
@@ -365,7 +365,7 @@ class Grader:
         out = self.course / "feedback" / student / folder
         out.mkdir(parents=True, exist_ok=True)
         for stem in sorted({p.stem for p in submitted.glob("*.ipynb") if not p.is_symlink() and p.is_file()} or {folder}):
-            (out / f"{stem}.html").write_text(PROBLEM_PAGE.format(assignment=html.escape(folder), reason=html.escape(reason)))
+            (out / f"{stem}.html").write_text(csp.with_policy(PROBLEM_PAGE.format(assignment=html.escape(folder), reason=html.escape(reason))))
         for extra in ("timestamp.txt", "submission_secret.txt"):  # what nbgrader's release_feedback needs
             data = intake.read_small(submitted / extra)
             if data is not None:

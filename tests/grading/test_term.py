@@ -13,7 +13,7 @@ from nbgrader.api import Gradebook
 
 from autograder import registry
 from autograder.course import sqlite_url
-from autograder.grading import intake
+from autograder.grading import csp, intake
 from autograder.grading.grade import read_grades, read_problems
 from autograder.release import fill_submission, mistake_source
 from conftest import ROOT
@@ -127,6 +127,7 @@ def test_collect_takes_no_link_or_pipe_out_of_the_exchange_and_grading_says_why(
     assert "nbgrader collect refused this submission: 'answers.ipynb' is a link" in reason and "'notes.txt' is a pipe" in reason
     page = next((term["top"] / "mallory" / NAME / "feedback").rglob(f"{NAME}.html")).read_text()
     assert "not graded" in page and "answers.ipynb" in page
+    assert page.count(f'<meta http-equiv="Content-Security-Policy" content="{csp.FEEDBACK_POLICY}">') == 1
 
 
 def test_a_resubmission_is_regraded_and_a_manual_grade_survives(term):
@@ -146,6 +147,9 @@ def test_students_fetch_feedback_that_shows_their_grade(term):
         pages = sorted((term["top"] / who / NAME / "feedback").rglob(f"{NAME}.html"))
         shown = [float(re.search(r"\(Score: ([0-9.]+) / ", html.unescape(p.read_text())).group(1)) for p in pages]
         assert shown == scores, (who, shown)
+        for p in pages:  # written by nbgrader's generate_feedback, with the course's policy first in the head
+            head = p.read_text().split("<head>", 1)[1]
+            assert head.lstrip().startswith(f'<meta http-equiv="Content-Security-Policy" content="{csp.FEEDBACK_POLICY}">'), p
 
 
 def test_nothing_of_the_students_reaches_git(term):

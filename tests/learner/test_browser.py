@@ -204,7 +204,7 @@ def pages(labs, browser):
     """One JupyterLab page per role, loaded once."""
     out = {}
     for role, lab in labs.items():
-        page = browser.new_page(viewport={"width": 1400, "height": 2000})
+        page = browser.new_context(viewport={"width": 1400, "height": 2000}).new_page()  # a context more pages can share
         page.set_default_timeout(120_000)
         page.goto(f"{lab.url}/lab?reset&token={lab.token}")
         page.wait_for_selector("#jp-main-dock-panel")
@@ -212,7 +212,7 @@ def pages(labs, browser):
         out[role] = page
     yield out
     for page in out.values():
-        page.close()
+        page.context.close()
 
 
 def open_notebook(page, path):
@@ -338,12 +338,22 @@ def test_progress_bars_render_in_jupyterlab(pages, capsys):
 @pytest.fixture(scope="module")
 def graded_class(course):
     """The demo's three students of one notebook, graded by `grade` in the course folder itself."""
-    from autograder.grading.grade import Grader, read_grades
+    from autograder.grading.grade import Grader
 
     for student in ("ada_complete", "ben_blank", "cy_two_mistakes"):
         shutil.copytree(ROOT / "examples" / "submitted" / student / NOTEBOOK, course / "submitted" / student / NOTEBOOK)
     Grader(course, root=course, log=lambda *a: None).run(jobs=2, progress=False)
-    return {g["student_id"]: float(g["score"]) for g in read_grades(course) if g["assignment"] == NOTEBOOK}
+    return scores(course)
+
+
+def scores(course):
+    """Each student's score for the notebook, from the gradebook (which `grade` and plain nbgrader both write)."""
+    from nbgrader.api import Gradebook
+
+    from autograder.course import sqlite_url
+
+    with Gradebook(sqlite_url(course / "gradebook.db")) as gb:
+        return {s.student.id: s.score for s in gb.assignment_submissions(NOTEBOOK)}
 
 
 def test_the_formgrader_shows_the_grades_of_grade(labs, pages, graded_class, capsys):
@@ -362,3 +372,265 @@ def test_the_formgrader_shows_the_grades_of_grade(labs, pages, graded_class, cap
     page.set_viewport_size({"width": 1400, "height": 2000})
     page.goto(f"{lab.url}/lab?token={lab.token}")  # back to JupyterLab for the other tests
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.started")
+
+
+# ---------------------------------------------------------------- nothing a student wrote runs in the viewer's browser
+# Each payload, if it ran, would mark the page, open a dialog, and write a file through the Jupyter
+# server's contents API with the viewer's session: the instructor's, in the formgrader.
+
+
+def payload(tag):
+    return ("window.__pwned=(window.__pwned||[]).concat(['%s']);try{alert('%s')}catch(e){}"
+            "try{var x=(document.cookie.match(/_xsrf=([^;]+)/)||[])[1];fetch('/api/contents/pwned-%s.txt',{method:'PUT',"
+            "headers:{'Content-Type':'application/json','X-XSRFToken':x?decodeURIComponent(x):''},"
+            "body:JSON.stringify({type:'file',format:'text',content:'pwned'})})}catch(e){}") % (tag, tag, tag)
+
+
+def _b64(text):
+    import base64
+
+    return base64.b64encode(text.encode()).decode()
+
+
+# what the learner's code displays (a code cell's outputs), one class of payload a submission
+DISPLAYED = {
+    "scripts": [
+        "from IPython.display import Javascript, display\ndisplay(Javascript({P!r}))",
+        "from IPython.display import display\ndisplay({{'application/javascript': {P!r}, 'text/plain': 'js'}}, raw=True)",
+        "from IPython.display import HTML, display\ndisplay(HTML('<script>' + {P!r} + '</script>'))",
+        "from IPython.display import SVG, display\ndisplay(SVG('<svg xmlns=\"http://www.w3.org/2000/svg\"><script>' + {P!r} + '</script></svg>'))",
+        "from IPython.display import display\ndisplay({{'text/html': '<svg><script>' + {P!r} + '</script></svg>'}}, raw=True)",
+    ],
+    "handlers": [
+        "from IPython.display import HTML, display\ndisplay(HTML('<img src=\"x\" onerror=\"' + {P!r} + '\">'))",
+        "from IPython.display import HTML, display\ndisplay(HTML('<details open ontoggle=\"' + {P!r} + '\"><summary>s</summary></details>'))",
+        "from IPython.display import HTML, display\ndisplay(HTML('<svg onload=\"' + {P!r} + '\"></svg><body onload=\"' + {P!r} + '\">'))",
+        "from IPython.display import Markdown, display\ndisplay(Markdown('<img src=\"y\" onerror=\"' + {P!r} + '\">'))",
+        "from IPython.display import display\ndisplay({{'image/png': 'x\" onerror=\"' + {P!r} + '\" a=\"', 'text/plain': 'png'}}, raw=True)",
+        "from IPython.display import display\ndisplay({{'image/png': 'iVBORw0KGgo='}}, metadata={{'image/png': {{'width': '1 onerror=' + {P!r}}}}}, raw=True)",
+    ],
+    "urls": [
+        "from IPython.display import HTML, display\ndisplay(HTML('<a id=\"pwn-link\" href=\"javascript:' + {P!r} + '\">click</a>'))",
+        "from IPython.display import HTML, display\ndisplay(HTML('<meta http-equiv=\"refresh\" content=\"0;url=javascript:' + {P!r} + '\">'))",
+        "from IPython.display import Latex, display\ndisplay(Latex(r'$\\href{{javascript:' + {P!r} + '}}{{x}}$'))",
+        "from IPython.display import HTML, display\ndisplay(HTML('<form action=\"/api/contents/pwned-form.txt\" method=\"post\"><input autofocus onfocus=\"' + {P!r} + '\"><button>b</button></form>'))",
+        "from IPython.display import Markdown, display\ndisplay(Markdown('<form method=\"post\"><button id=\"pwn-submit\" formaction=\"/api/contents/pwned-formaction.txt\">go</button></form>'))",
+        "from IPython.display import HTML, display\ndisplay(HTML('<meta http-equiv=\"Content-Security-Policy\" content=\"script-src * \\'unsafe-inline\\'\"><meta http-equiv=\"set-cookie\" content=\"_xsrf=pwned\">'))",
+    ],
+    # the learner's code also runs in the check cells: a `check` of their own displays there, and still calls the real one
+    "in checks": [
+        "from IPython.display import HTML, display\n_check = check\ndef check(*args, **kwargs):\n    display(HTML('<img src=\"c\" onerror=\"' + {P!r} + '\">'))\n    display({{'application/javascript': {P!r}}}, raw=True)\n    return _check(*args, **kwargs)",
+    ],
+    "frames": [
+        "from IPython.display import HTML, display\ndisplay(HTML('<iframe srcdoc=\"&lt;script&gt;' + {P!r} + '&lt;/script&gt;\"></iframe>'))",
+        "from IPython.display import HTML, display\ndisplay(HTML('<iframe src=\"javascript:' + {P!r} + '\"></iframe>'))",
+        "from IPython.display import HTML, display\ndisplay(HTML('<object data=\"data:text/html;base64,' + {B!r} + '\"></object><embed src=\"data:text/html;base64,' + {B!r} + '\">'))",
+    ],
+}
+# what the student writes: markdown cells of their own, a raw cell, metadata
+WRITTEN = [
+    ("markdown", "<script>{P}</script>"),
+    ("markdown", "<img src=\"z\" onerror=\"{P}\">"),
+    ("markdown", "[click me](javascript:{P})"),
+    ("markdown", "<svg><script>{P}</script></svg><iframe srcdoc=\"&lt;script&gt;{P}&lt;/script&gt;\"></iframe>"),
+    ("raw", "<script>{P}</script>"),
+]
+PLANTED = {f"mallory_{kind.replace(' ', '_')}": kind for kind in [*DISPLAYED, "written"]}
+
+
+def planted_notebook(kind, student):
+    from autograder.release import fill_submission
+
+    rel = nbformat.read(ROOT / "notebooks" / NOTEBOOK / f"{NOTEBOOK}.ipynb", as_version=4)
+    sol = nbformat.read(ROOT / "solutions" / NOTEBOOK / f"{NOTEBOOK}.ipynb", as_version=4)
+    nb = fill_submission(rel, sol)
+    cells = []
+    for i, code in enumerate(DISPLAYED.get(kind, [])):
+        tag = f"{student}-{i}"
+        cells.append(nbformat.v4.new_code_cell(code.format(P=payload(tag), B=_b64(f"<script>{payload(tag)}</script>"))))
+    if kind == "written":
+        for i, (cell_type, text) in enumerate(WRITTEN):
+            text = text.format(P=payload(f"{student}-w{i}"))
+            if cell_type == "raw":
+                cells.append(nbformat.v4.new_raw_cell(text, metadata={"raw_mimetype": "text/html", "format": "text/html"}))
+            else:
+                cells.append(nbformat.v4.new_markdown_cell(text))
+        # a cell tag may hold no comma (nbformat's schema)
+        tagged = nbformat.v4.new_code_cell("1 + 1", metadata={"tags": ['x" onmouseover="window.__pwned=[\'tags\']" y="', "z'><img src=x onerror=alert(1)>"]})
+        cells.append(tagged)
+        nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2, "version_minor": 0,
+                                                                               "</script><script>" + payload(f"{student}-meta") + "</script>": 1}}
+    at = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "check_attention_scores")
+    nb.cells[at + 1:at + 1] = cells
+    return nb
+
+
+@pytest.fixture(scope="module")
+def planted(course, graded_class):
+    """The planted submissions, graded by `grade` (students mallory_*) and by plain `nbgrader autograde` and
+    `generate_feedback` (students mallory_*_plain), with an honest student beside them, in the lab's course."""
+    from autograder.grading.grade import Grader
+
+    def write(student, nb):
+        path = course / "submitted" / student / NOTEBOOK / f"{NOTEBOOK}.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(nb, path)
+
+    for student, kind in PLANTED.items():
+        write(student, planted_notebook(kind, student))
+    Grader(course, root=course, log=lambda *a: None).run(jobs=2, progress=False)
+    env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
+    for student, kind in PLANTED.items():
+        write(f"{student}_plain", planted_notebook(kind, f"{student}_plain"))
+    for command in ("autograde", "generate_feedback"):  # nbgrader's own glob: every mallory_*_plain at once
+        done = subprocess.run([sys.executable, "-m", "nbgrader", command, NOTEBOOK, "--student", "mallory_*_plain"],
+                              cwd=course, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return scores(course)
+
+
+# what the page holds that could run: scripts, handlers, javascript: URLs, frames, forms
+LIVE_JS = """() => {
+  const found = [];
+  const root = document.querySelector('#notebook-container') || document.body;
+  for (const el of root.querySelectorAll('*')) {
+    const name = el.tagName.toLowerCase();
+    if (['script', 'iframe', 'object', 'embed', 'form', 'frame', 'frameset', 'base', 'meta', 'link'].includes(name)) found.push(name);
+    for (const a of el.attributes) {
+      if (a.name.startsWith('on')) found.push(name + '[' + a.name + ']');
+      if (/^\\s*javascript:/i.test(a.value)) found.push(name + '[' + a.name + '=javascript:]');
+      if (/^\\s*data:text/i.test(a.value)) found.push(name + '[' + a.name + '=data:text]');
+    }
+  }
+  return found;
+}"""
+
+
+def visit(context, url, course, shot=None):
+    """Load `url` in a fresh page of `context` (the instructor's, logged in to JupyterLab); return what ran there:
+    dialogs, marks, requests for the contents API, files written, and what on the page could still run."""
+    page = context.new_page()
+    page.set_viewport_size({"width": 1300, "height": 1600})
+    seen = {"dialogs": [], "requests": [], "blocked": []}
+    page.on("console", lambda m: seen["blocked"].append(m.text) if "Content Security Policy" in m.text else None)
+    page.on("dialog", lambda d: (seen["dialogs"].append(d.message), d.dismiss()))
+    page.on("request", lambda r: seen["requests"].append(r.url) if "/api/contents/pwned" in r.url else None)
+    page.goto(url)
+    page.wait_for_load_state("load")
+    page.wait_for_timeout(1000)  # a payload's handlers and timers have their chance
+    for bait in ("#pwn-link", "#pwn-submit"):  # what a curious instructor might click
+        link = page.locator(bait)
+        if link.count():
+            link.first.click(timeout=5000, no_wait_after=True)
+            page.wait_for_timeout(500)
+    seen["marks"] = page.evaluate("() => window.__pwned || []")
+    seen["live"] = page.evaluate(LIVE_JS)
+    seen["files"] = sorted(p.name for p in course.rglob("pwned-*"))
+    seen["pictures"] = page.locator("img[src^='data:image/png']").count()
+    if shot:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / shot), full_page=False)
+    page.close()
+    return seen
+
+
+def submission_ids(lab):
+    url = f"{lab.url}/formgrader/api/submitted_notebooks/{NOTEBOOK}/{NOTEBOOK}?token={lab.token}"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return {s["student"]: s["id"] for s in json.loads(r.read())}
+
+
+@pytest.mark.parametrize("student", [s + plain for s in PLANTED for plain in ("", "_plain")])
+def test_nothing_a_student_planted_runs_in_the_formgrader_or_the_feedback(labs, pages, planted, course, student):
+    lab, context = labs["instructor"], pages["instructor"].context
+    assert planted[student] == sum(ex.points for ex in registry.for_notebook(NOTEBOOK))  # their code is right
+    feedback = f"feedback/{student}/{NOTEBOOK}/{NOTEBOOK}.html"
+    pages = {"formgrader": f"{lab.url}/formgrader/submissions/{submission_ids(lab)[student]}/?token={lab.token}",
+             "feedback, served": f"{lab.url}/files/{feedback}?token={lab.token}",
+             "feedback, a file": (course / feedback).as_uri()}
+    for where, url in pages.items():
+        seen = visit(context, url, course)
+        assert (seen["dialogs"], seen["marks"], seen["requests"], seen["files"], seen["live"]) == ([], [], [], [], []), (where, seen)
+        assert seen["pictures"] >= 2, (where, seen)  # the notebook's own figures are kept
+
+
+def test_the_payloads_run_when_nothing_stops_them(pages, course, tmp_path):
+    """The control: the same notebooks executed and rendered by plain nbconvert, with neither the course's cleaning nor
+    its policy, run a payload of every kind in this very harness (so the tests above could fail)."""
+    from nbclient import NotebookClient
+    from nbconvert import HTMLExporter
+
+    for kind in PLANTED.values():
+        nb = planted_notebook(kind, f"control_{kind}")
+        nb.cells = [nbformat.v4.new_code_cell("def check(*args, **kwargs): pass"),
+                    *(c for c in nb.cells if "__pwned" in c.source or c.cell_type != "code"), nbformat.v4.new_code_cell("check()")]
+        NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+        page = tmp_path / f"control_{kind}.html"
+        page.write_text(HTMLExporter().from_notebook_node(nb)[0])
+        seen = visit(pages["instructor"].context, page.as_uri(), course)
+        assert seen["marks"] or seen["dialogs"], (kind, seen)
+        assert seen["live"], (kind, seen)
+
+
+def test_the_formgrader_makes_inert_a_notebook_autograded_without_the_course_config(labs, pages, planted, course):
+    """An autograded notebook that still holds every payload (graded before this course version, or by hand):
+    the formgrader's own renderer makes it inert."""
+    lab, student = labs["instructor"], "mallory_handlers"
+    autograded = course / "autograded" / student / NOTEBOOK / f"{NOTEBOOK}.ipynb"
+    kept = autograded.read_bytes()
+    raw = planted_notebook("handlers", student)
+    raw.cells.extend(c for c in planted_notebook("scripts", student).cells if "__pwned" in c.source)
+    try:
+        from nbclient import NotebookClient
+
+        NotebookClient(raw, timeout=120, kernel_name="python3").execute()  # the outputs, as a grader without Inert keeps them
+        assert any("onerror" in json.dumps(c.get("outputs", [])) for c in raw.cells)
+        nbformat.write(raw, autograded)
+        seen = visit(pages["instructor"].context, f"{lab.url}/formgrader/submissions/{submission_ids(lab)[student]}/?token={lab.token}", course)
+        assert (seen["dialogs"], seen["marks"], seen["requests"], seen["files"], seen["live"]) == ([], [], [], [], []), seen
+    finally:
+        autograded.write_bytes(kept)
+
+
+def test_an_honest_submission_looks_as_before_and_the_formgrader_still_works(labs, pages, planted, course, capsys):
+    from nbgrader.api import Gradebook
+
+    from autograder.course import sqlite_url
+
+    lab, student = labs["instructor"], "ada_complete"
+    context = pages["instructor"].context
+    page = context.new_page()
+    page.set_viewport_size({"width": 1300, "height": 1600})
+    blocked, console = [], []
+    page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
+    page.on("console", lambda m: console.append(m.text))
+    page.on("pageerror", lambda e: console.append(str(e)))
+    page.on("requestfailed", lambda r: console.append("failed: " + r.url))
+    page.goto(f"{lab.url}/formgrader/submissions/{submission_ids(lab)[student]}/?token={lab.token}")
+    page.wait_for_selector("textarea.comment")
+    # (formgrader.loaded waits for MathJax from a CDN, out of reach here; grades and comments are what grading needs)
+    try:
+        page.wait_for_function("() => window.formgrader && formgrader.comments && formgrader.comments.loaded && formgrader.grades.loaded")
+    except Exception:
+        raise AssertionError(f"the formgrader did not load its grades and comments: {console}")
+    assert page.locator("img[src^='data:image/png']").count() >= 2  # the notebook's figures
+    assert page.get_by_text("✔ scaled_dot_product_attention: 4/4 points").count() == 1
+    comment = page.locator("textarea.comment").first
+    cell = comment.get_attribute("id").removesuffix("-comment")
+    comment.fill("Well done: a clear implementation.")
+    with page.expect_response(lambda r: "/api/comment/" in r.url and r.request.method == "PUT", timeout=15000) as saving:
+        comment.evaluate("t => t.dispatchEvent(new Event('change', {bubbles: true}))")
+    assert saving.value.ok, saving.value.status
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "formgrader-honest-submission.png"))
+    page.close()
+    with Gradebook(sqlite_url(course / "gradebook.db")) as gb:
+        saved = gb.find_comment(cell, NOTEBOOK, NOTEBOOK, student).manual_comment
+    assert saved == "Well done: a clear implementation.", "the formgrader did not save a comment under its policy"
+    assert blocked == [], blocked  # nbgrader's own scripts all ran
+    seen = visit(context, f"{lab.url}/files/feedback/{student}/{NOTEBOOK}/{NOTEBOOK}.html?token={lab.token}", course,
+                 shot="feedback-honest-submission.png")
+    assert seen["dialogs"] == [] and seen["marks"] == [] and seen["blocked"] == [], seen
+    assert seen["pictures"] >= 2  # the figures are still in the feedback
+    with capsys.disabled():
+        print(f"\n  screenshots: {ARTIFACTS / 'formgrader-honest-submission.png'}, {ARTIFACTS / 'feedback-honest-submission.png'}")
