@@ -189,7 +189,7 @@ def server_extensions(role):
 
 
 INSTRUCTOR_PLUGINS = {"@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:course-list", "@jupyter/nbgrader:create-assignment"}
-INSTRUCTOR_SERVER_EXTENSIONS = {"nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list"}
+INSTRUCTOR_SERVER_EXTENSIONS = {"nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list", "autograder.grading.csp"}
 
 
 def test_student_and_instructor_lab_configurations():
