@@ -272,11 +272,13 @@ def run_call(kind, train_mode, impl, call, grad, weights=None, timeout=DEFAULT_T
 
 
 def state_of(call):
-    """The parameters of every module and the learning rate of every optimizer in a call's arguments."""
+    """The parameters and the mode (training or eval) of every module and the learning rate of every
+    optimizer in a call's arguments."""
     state = {}
     for i, arg in enumerate(list(call.args) + list(call.kwargs.values())):
         if isinstance(arg, torch.nn.Module):
             state |= {f"parameter {name}": p.detach().clone() for name, p in arg.named_parameters()}
+            state["model's mode, model.training,"] = arg.training
         elif isinstance(arg, torch.optim.Optimizer):
             state["the learning rate"] = arg.param_groups[0]["lr"]
     return state

@@ -2,9 +2,11 @@
 that ships to students as it is (`python -m autograder release --student-dist`):
 
 - data and tasks generated in code: `dates`, `tasks`, `tokens`;
-- `plotting`, and `runtime` (the device, and the small budget training cells use under grading);
+- `plotting`, and `runtime` (the device, PyTorch's threads, and the small budget training cells use
+  under grading); importing the package fits PyTorch's threads to the CPUs the process may use;
 - `yours`: the learner's own classes from their earlier notebooks, once their checks pass;
 - `text`: Tiny Shakespeare (data/, with its provenance), for notebook 10;
+- `ngram`: the interpolated n-gram, the strongest counting model, that notebook 10 compares its GPT with;
 - the earlier notebooks' building blocks for the later ones: `attention` (05), `multihead` (06),
   `positional` (04), `transformer` (07, for 08).
 
@@ -14,3 +16,7 @@ lesson's code, so that a learner stuck on one notebook can go on with the next w
 handed its answers (the reference solutions never ship). tests/learner/test_student_dist.py checks each
 building block against the reference.
 """
+
+from course_lib.runtime import fit_threads as _fit_threads
+
+_fit_threads()

@@ -1,7 +1,12 @@
-"""Where and how long the notebooks run: device choice and the grading budget."""
+"""Where and how long the notebooks run: device choice, PyTorch's threads and the grading budget."""
+import math
 import os
+from pathlib import Path
 
 import torch
+
+CGROUP = Path("/sys/fs/cgroup")  # where the cgroups are mounted, and this process's own line(s) of them
+PROC_CGROUP = Path("/proc/self/cgroup")
 
 
 def grading():
@@ -20,3 +25,99 @@ def device():
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def usable_cpus(cgroup=None, proc_cgroup=None):
+    """How many CPUs this process may really use: its affinity, capped by its cgroup's CPU quota.
+
+    A JupyterHub node shows every kernel all of its cores, while each user's container may have a
+    quota of one or two: PyTorch's default (one thread a core) then runs many threads on a CPU or two,
+    and a training step gets several times slower. cgroup v2 (cpu.max) and v1 (cpu.cfs_quota_us),
+    the process's own group and those above it, the smallest quota wins.
+    """
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = min(_quotas(cgroup or CGROUP, proc_cgroup or PROC_CGROUP), default=None)
+    return n if quota is None else max(1, min(n, math.floor(quota)))
+
+
+def _quotas(cgroup, proc_cgroup):
+    """Every CPU quota (in CPUs) that applies to this process."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        if line.count(":") < 2:
+            continue
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2
+            folders, read = [cgroup], _v2
+        elif "cpu" in controllers.split(","):  # v1
+            folders, read = [cgroup / controllers, cgroup / "cpu"], _v1
+        else:
+            continue
+        parts = [p for p in path.strip().split("/") if p]
+        for root in folders:
+            for folder in {root.joinpath(*parts[:k]) for k in range(len(parts) + 1)}:  # the group and those above it
+                quota = read(folder)
+                if quota is not None:
+                    yield quota
+
+
+def _v2(folder):
+    try:
+        limit, period = (folder / "cpu.max").read_text().split()[:2]
+        return None if limit == "max" else int(limit) / int(period)
+    except (OSError, ValueError):
+        return None
+
+
+def _v1(folder):
+    try:
+        limit, period = int((folder / "cpu.cfs_quota_us").read_text()), int((folder / "cpu.cfs_period_us").read_text())
+        return None if limit <= 0 or period <= 0 else limit / period
+    except (OSError, ValueError):
+        return None
+
+
+def fit_threads(say=print, **where):
+    """Use no more PyTorch threads than the CPUs this process may use (never more than it had); say so when lowering."""
+    have, usable = torch.get_num_threads(), usable_cpus(**where)
+    if usable < have:
+        torch.set_num_threads(usable)
+        say(f"PyTorch threads: {usable} instead of {have}, the CPUs this process may use (its CPU affinity and cgroup quota)")
+    return torch.get_num_threads()
+
+
+def unfinished(error):
+    """The exercise that raised `error` (a NotImplementedError from a stub): 'get_batch', 'Block', 'KVCache.extend'."""
+    tb, frame = error.__traceback__, None
+    while tb is not None:  # the innermost frame: the stub's own `raise`
+        frame, tb = tb.tb_frame, tb.tb_next
+    if frame is None:
+        return "an exercise"
+    owner, name = frame.f_locals.get("self"), frame.f_code.co_name
+    if owner is None or isinstance(owner, type):
+        return name
+    return type(owner).__name__ if name == "__init__" else f"{type(owner).__name__}.{name}"
+
+
+def fell_short(steps, seconds, assumed_steps, tokens_per_step, assumed_seconds):
+    """A sentence saying that a timed run trained less than the text assumes (under 80 % of its steps), or ''."""
+    if steps >= 0.8 * assumed_steps:
+        return ""
+    got, want = steps * tokens_per_step / seconds, assumed_steps * tokens_per_step / assumed_seconds
+    return (f"This machine trained {steps} steps in {seconds:.0f} s ({got:,.0f} tokens/s); the text assumes about "
+            f"{assumed_steps} steps in {assumed_seconds:.0f} s ({want:,.0f} tokens/s, 2 quiet CPU cores). A busy or slower "
+            "machine trains less in the same time, so the figures above are not the text's; your code is not the cause.")
+
+
+def claim(holds, what, short=""):
+    """A claim of the text, checked in a full run: an AssertionError naming it when it fails, unless the run fell
+    short of what the text assumes (`short`, from fell_short): then it says so and the notebook goes on."""
+    if holds:
+        return True
+    if short:
+        print(f"Not shown on this machine: {what}. {short}")
+        return False
+    raise AssertionError(f"the text claims {what}, and this run does not show it")

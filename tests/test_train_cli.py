@@ -59,14 +59,20 @@ def test_the_default_recipe_reaches_99_percent_on_held_out_dates(tmp_path):
     assert max(torch.load(ckpt, weights_only=False)["history"]["exact_match"]) >= 0.99
 
 
+# The steps the CPU recipe trains in its 71 s on 2 quiet cores of the course's machine kind (measured 2026-11-27).
+QUIET_CPU_STEPS = 1700  # 1744 in one run: 1.60 held-out nats per character
+
+
 @pytest.mark.slow
-@pytest.mark.solo  # the recipe trains for a budget of seconds: a busy machine would train it less
+@pytest.mark.solo  # two threads for a minute: beside the other tests it would only slow them down
 def test_the_gpt_cpu_recipe_reaches_the_courses_promise_and_samples(tmp_path):
-    # COURSE.md: on 2 CPU cores, at most 1.80 held-out nats per character within 72 s of training. The
-    # recipe's budget of seconds is its own (--max-seconds); the test sets no time limit of its own.
+    # COURSE.md: on 2 CPU cores, at most 1.80 held-out nats per character within 72 s. The test trains the
+    # recipe for the steps a quiet machine fits into that time, its schedule over those steps: a busy or
+    # slow machine trains the same model, only later. The time itself is benchmarks/bench_gpt.py's to measure.
     ckpt = tmp_path / "gpt.pt"
     env = dict(_env(), OMP_NUM_THREADS="2", SEQCOURSE_CACHE=str(tmp_path / "cache"))
-    run = subprocess.run([sys.executable, "-m", "solutions_lib.gpt", "train", "--no-progress", "--checkpoint", str(ckpt)],
+    run = subprocess.run([sys.executable, "-m", "solutions_lib.gpt", "train", "--no-progress", "--checkpoint", str(ckpt),
+                          "--max-seconds", "0", "--max-steps", str(QUIET_CPU_STEPS)],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stdout + run.stderr
     last = run.stdout.strip().splitlines()[-1]
@@ -74,6 +80,7 @@ def test_the_gpt_cpu_recipe_reaches_the_courses_promise_and_samples(tmp_path):
     reached = float(last.split()[1])
     assert reached == pytest.approx(torch.load(ckpt, weights_only=False)["history"]["held_out"][-1], abs=0.005)
     assert reached <= 1.80, run.stdout[-2000:]
+    assert f"{QUIET_CPU_STEPS} steps" in run.stdout, run.stdout[-2000:]
     sample = subprocess.run([sys.executable, "-m", "solutions_lib.gpt", "sample", "--checkpoint", str(ckpt), "--prompt", "ROMEO:",
                              "--tokens", "60", "--temperature", "0.8"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert sample.returncode == 0, sample.stderr

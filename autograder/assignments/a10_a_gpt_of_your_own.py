@@ -93,15 +93,17 @@ def batch_cases():
 # ---------------------------------------------------------------- nats_per_char
 
 
-def _nats_case(loss, n_tokens, n_chars, hidden=False):
-    return Case(f"loss {loss} nats per token, {n_tokens} tokens, {n_chars} characters",
-                lambda: Call((loss, n_tokens, n_chars)), hidden=hidden, grad=False)
+def _nats_case(loss, n_tokens, n_chars, hidden=False, tensor=False):
+    # a tensor loss (as a training loop has) must come back a tensor, with its gradient
+    shown = f"torch.tensor({loss})" if tensor else f"{loss}"
+    return Case(f"loss {shown} nats per token, {n_tokens} tokens, {n_chars} characters",
+                lambda: Call((torch.tensor(loss) if tensor else loss, n_tokens, n_chars)), hidden=hidden, grad=tensor)
 
 
 def nats_cases():
     return [
         _nats_case(2.0, 500, 1000), _nats_case(1.37, 812, 2000), _nats_case(3.1, 150, 100), _nats_case(0.5, 70, 70),
-        _nats_case(0.93, 64, 131, hidden=True),
+        _nats_case(1.8, 300, 640, tensor=True), _nats_case(0.93, 64, 131, hidden=True),
     ]
 
 
@@ -220,7 +222,7 @@ EXERCISES = [
     Exercise("sample_next", gpt.sample_next, points=3, cases=sample_cases, parts={"temperature": 1, "top-k": 1, "top-p": 1}),
     Exercise("KVCache", gpt.KVCache, points=2, cases=cache_cases, kind="class",
              returns=("lengths read", "keys extend returned", "values extend returned")),
-    Exercise("generate", gpt.generate, points=3, cases=generate_cases,
+    Exercise("generate", gpt.generate, points=3, cases=generate_cases, returns=("ids", "state after generate"), state_after=True,
              parts={"greedy": 2, "beyond block_size": 1, "sampling": 1}, depends_on=("sample_next", "KVCache")),
 ]
 

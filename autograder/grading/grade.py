@@ -34,6 +34,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.grading import csp, gradebook, intake, limits, sandbox, views
+from course_lib import runtime
 from autograder.course import CourseError, assignments, digest, find_root, sqlite_url, tool_env
 from autograder.grading.nbgrader_jobs import RESULT_PREFIX
 from autograder.nbgrader_api import api_for, generate_assignments
@@ -190,8 +191,9 @@ class Grader:
         env = tool_env()
         if not self.sandboxed:
             env[sandbox.NO_SANDBOX] = "1"
-        if jobs > 1:  # J kernels at a time already fill the cores; more threads each only fight
-            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
+        # J kernels at a time share the CPUs this process may use (its affinity and cgroup quota, not the
+        # node's core count); more threads each only fight
+        env.setdefault("OMP_NUM_THREADS", str(max(1, runtime.usable_cpus() // jobs)))
         proc = subprocess.Popen(
             self.worker_command(jobfile), cwd=self.course, env=env, stdout=subprocess.PIPE, stderr=log, text=True,
             start_new_session=True,

@@ -1,0 +1,159 @@
+"""course_lib.runtime: PyTorch's threads fit the CPUs the process may really use (with faked cgroups: a
+JupyterHub node shows a kernel all its cores while the user's container has a quota of one or two), and a
+demonstration on a slow machine says so instead of failing; a stub that is not done yet is named."""
+import contextlib
+import io
+import math
+import os
+import subprocess
+import sys
+
+import nbformat
+import pytest
+import torch
+
+from conftest import ROOT
+from course_lib import runtime
+
+AFFINITY = len(os.sched_getaffinity(0))
+
+
+def cgroups(tmp_path, v2=None, v1=None, path="/user/alice"):
+    """A cgroup tree with a quota of v2 or v1 CPUs on the group `path` (and none above), and the process's lines."""
+    root = tmp_path / "cgroup"
+    lines = []
+    if v2 is not None:
+        (root / path.strip("/")).mkdir(parents=True)
+        (root / "cpu.max").write_text("max 100000\n")
+        (root / path.strip("/") / "cpu.max").write_text(f"{int(v2 * 100000)} 100000\n")
+        lines.append(f"0::{path}")
+    if v1 is not None:
+        group = root / "cpu,cpuacct" / path.strip("/")
+        group.mkdir(parents=True)
+        (root / "cpu,cpuacct" / "cpu.cfs_quota_us").write_text("-1\n")
+        (root / "cpu,cpuacct" / "cpu.cfs_period_us").write_text("100000\n")
+        (group / "cpu.cfs_quota_us").write_text(f"{int(v1 * 50000)}\n")
+        (group / "cpu.cfs_period_us").write_text("50000\n")
+        lines += ["4:memory:/x", f"3:cpu,cpuacct:{path}"]
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    proc = tmp_path / "cgroup-of-self"
+    proc.write_text("\n".join(lines) + "\n")
+    return {"cgroup": root, "proc_cgroup": proc}
+
+
+@pytest.fixture
+def threads():
+    kept = torch.get_num_threads()
+    yield
+    torch.set_num_threads(kept)
+
+
+@pytest.mark.parametrize("version", ["v2", "v1"])
+def test_a_quota_of_one_cpu_means_one_thread(tmp_path, version):
+    assert runtime.usable_cpus(**cgroups(tmp_path, **{version: 1})) == 1
+    assert runtime.usable_cpus(**cgroups(tmp_path / "b", **{version: 1.5})) == 1  # a CPU and a half: one thread, never two on it
+
+
+def test_no_quota_means_the_affinity_and_the_smallest_quota_wins(tmp_path):
+    assert runtime.usable_cpus(**cgroups(tmp_path)) == AFFINITY
+    assert runtime.usable_cpus(cgroup=tmp_path / "none", proc_cgroup=tmp_path / "missing") == AFFINITY
+    assert runtime.usable_cpus(**cgroups(tmp_path / "big", v2=64)) == AFFINITY  # a quota above the affinity changes nothing
+    both = cgroups(tmp_path / "both", v2=8, v1=1)
+    assert runtime.usable_cpus(**both) == 1
+
+
+def test_a_quota_on_a_parent_group_counts(tmp_path):
+    where = cgroups(tmp_path, v2=64, path="/kubepods/pod1/container")
+    (where["cgroup"] / "kubepods" / "cpu.max").write_text("100000 100000\n")
+    assert runtime.usable_cpus(**where) == 1
+
+
+def test_fit_threads_lowers_and_says_so_once_and_never_raises(tmp_path, threads):
+    torch.set_num_threads(2)
+    said = []
+    assert runtime.fit_threads(said.append, **cgroups(tmp_path, v2=1)) == 1
+    assert torch.get_num_threads() == 1
+    assert len(said) == 1 and said[0].startswith("PyTorch threads: 1 instead of 2") and "quota" in said[0]
+    torch.set_num_threads(1)
+    said.clear()
+    assert runtime.fit_threads(said.append, **cgroups(tmp_path / "b")) == 1 and said == []  # more CPUs: it leaves them be
+
+
+def test_importing_the_course_fits_the_threads(tmp_path):
+    """What a notebook, a grading kernel and the commands do first: import course_lib, on a node with a quota."""
+    where = cgroups(tmp_path, v1=1)
+    code = (f"import course_lib.runtime as r, pathlib; r.CGROUP = pathlib.Path({str(where['cgroup'])!r}); "
+            f"r.PROC_CGROUP = pathlib.Path({str(where['proc_cgroup'])!r}); import torch; torch.set_num_threads(2); "
+            "import importlib, course_lib; importlib.reload(course_lib); print(torch.get_num_threads())")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, OMP_NUM_THREADS="2"))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["PyTorch threads: 1 instead of 2, the CPUs this process may use (its CPU affinity and cgroup quota)", "1"]
+
+
+# ---------------------------------------------------------------- a stub not done yet
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        raise NotImplementedError()
+
+
+class KVCache:
+    def extend(self, i, k, v):
+        raise NotImplementedError()
+
+
+def get_batch(data, block_size, B):
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize("stub, name", [(Block, "Block"), (lambda: KVCache().extend(0, None, None), "KVCache.extend"), (lambda: get_batch(0, 0, 0), "get_batch")])
+def test_the_message_names_the_exercise_left(stub, name):
+    with pytest.raises(NotImplementedError) as raised:
+        stub()
+    assert runtime.unfinished(raised.value) == name
+
+
+# ---------------------------------------------------------------- a slow machine
+
+
+def test_a_run_short_of_the_steps_the_text_assumes_says_so_with_its_figures():
+    assert runtime.fell_short(900, 71, 1000, 1024, 71) == ""  # 90 %: the text's figures hold
+    said = runtime.fell_short(61, 71.3, 1000, 1024, 71)
+    assert "61 steps in 71 s" in said and "876 tokens/s" in said and "1000 steps in 71 s" in said and "14,423 tokens/s" in said
+
+
+def test_a_claim_fails_with_its_words_unless_the_machine_was_slow():
+    assert runtime.claim(True, "anything") is True
+    with pytest.raises(AssertionError, match="the text claims at most 1.80"):
+        runtime.claim(False, "at most 1.80")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert runtime.claim(False, "at most 1.80", "This machine trained 61 steps") is False
+    assert out.getvalue() == "Not shown on this machine: at most 1.80. This machine trained 61 steps\n"
+
+
+def notebook_cell(notebook, starts):
+    nb = nbformat.read(ROOT / "solutions" / notebook / f"{notebook}.ipynb", as_version=4)
+    return next(c.source for c in nb.cells if c.cell_type == "code" and c.source.startswith(starts))
+
+
+@pytest.mark.parametrize("steps, fails", [(61, False), (1_000_000, True)])
+def test_notebook_10s_claims_on_a_slow_machine_and_on_a_quiet_one(steps, fails):
+    """The notebook's own cell, on a run with a step cap (a machine 20 times slower) and on one that trained its
+    steps yet missed: the first says what it got and goes on, the second fails naming the claim."""
+    cell = notebook_cell("10_a_gpt_of_your_own", "if history is not None and baselines and not QUICK:")
+    history = {"step": [0, steps], "seconds": [0.0, 71.0], "held_out": [5.0, 2.6]}
+    recipe = {"steps": 1200, "seconds": 71.0, "batch_size": 16, "block_size": 64}
+    scope = {"history": history, "baselines": {"unigram": 2.7, "bigram": 1.9}, "strongest": 1.63, "recipe": recipe, "QUICK": False,
+             "claim": runtime.claim, "fell_short": runtime.fell_short, "math": math}
+    out = io.StringIO()
+    if fails:
+        with pytest.raises(AssertionError, match="the text claims at most 1.80 nats per character"):
+            exec(cell, scope)
+    else:
+        with contextlib.redirect_stdout(out):
+            exec(cell, scope)
+        said = out.getvalue()
+        assert said.count("Not shown on this machine") == 4 and "trained 61 steps in 71 s" in said, said
