@@ -121,3 +121,14 @@ def claim(holds, what, short=""):
         print(f"Not shown on this machine: {what}. {short}")
         return False
     raise AssertionError(f"the text claims {what}, and this run does not show it")
+
+
+def busy(cpus=None, load=None):
+    """A sentence when other work shares the CPUs (the last minute's load above what this process may use
+    and then some), or '': timings measured beside other work vary too much to show a claim about them."""
+    cpus = cpus or usable_cpus()
+    load = os.getloadavg()[0] if load is None and hasattr(os, "getloadavg") else (load or 0.0)
+    if load <= cpus + 0.75:
+        return ""
+    return (f"This machine is busy (a load of {load:.1f} over the last minute, on {cpus} CPU(s) this process may use): "
+            "timings taken beside other work vary too much to show it; your code is not the cause.")

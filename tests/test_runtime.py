@@ -157,3 +157,9 @@ def test_notebook_10s_claims_on_a_slow_machine_and_on_a_quiet_one(steps, fails):
             exec(cell, scope)
         said = out.getvalue()
         assert said.count("Not shown on this machine") == 4 and "trained 61 steps in 71 s" in said, said
+
+
+def test_a_busy_machine_is_one_whose_load_exceeds_the_cpus_it_may_use():
+    assert runtime.busy(cpus=2, load=2.5) == ""  # the notebook itself, on two threads
+    said = runtime.busy(cpus=2, load=4.1)
+    assert "a load of 4.1" in said and "on 2 CPU(s)" in said
