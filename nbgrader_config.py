@@ -70,9 +70,6 @@ from nbgrader.preprocessors import (  # noqa: E402
     SaveAutoGrades,
 )
 
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
-from nbgrader.preprocessors import GetGrades  # noqa: E402
-
 from autograder.grading import csp, intake, sandbox  # noqa: E402
 from autograder.grading.inert import Inert  # noqa: E402
 from autograder.grading.nbgrader_ext import DeduplicateCells, GradeChecks, SandboxedExecute  # noqa: E402
@@ -104,10 +101,10 @@ c.Autograde.autograde_preprocessors = [
 ]
 
 # Nothing a student wrote, or their code displayed, runs in the browser of whoever views it: the
-# autograded notebook (which the formgrader shows) is made inert above, and so is every notebook
-# again before its feedback page is written (autograder.grading.inert); both pages also forbid
+# autograded notebook is made inert above, and HTMLExporter, which renders both the formgrader's
+# submission pages and generate_feedback's pages, makes whatever it renders inert again, so a
+# notebook autograded before or elsewhere is too (autograder.grading.inert). Both pages also forbid
 # scripts their templates did not write (autograder.grading.csp; the formgrader's through the server
 # extension jupyter-config/instructor enables).
-c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, Inert]
-c.HTMLExporter.preprocessors = [Inert]  # the formgrader's renderer: a notebook autograded before, or elsewhere, too
+c.HTMLExporter.preprocessors = [Inert]
 csp.guard_feedback()

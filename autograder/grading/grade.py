@@ -34,10 +34,10 @@ from pathlib import Path
 import nbformat
 
 from autograder.grading import csp, gradebook, intake, limits, sandbox, views
-from course_lib import runtime
 from autograder.course import CourseError, assignments, digest, find_root, sqlite_url, tool_env
 from autograder.grading.nbgrader_jobs import RESULT_PREFIX
 from autograder.nbgrader_api import api_for, generate_assignments
+from course_lib import runtime
 
 STATE = ".autograder"
 

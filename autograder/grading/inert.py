@@ -17,8 +17,9 @@ makes all of it harmless to the page that renders it:
   its kernel's and language's names.
 
 `Inert`, the nbgrader preprocessor, does this to every autograded notebook (nbgrader_config.py,
-after nbgrader has saved its grades), and again before each feedback page is written; a
-Content-Security-Policy on both pages stands behind it (autograder.grading.csp).
+after nbgrader has saved its grades), and again wherever nbconvert's HTMLExporter renders one (the
+formgrader's submission pages and generate_feedback's pages); a Content-Security-Policy on both
+pages stands behind it (autograder.grading.csp).
 """
 from __future__ import annotations
 
@@ -192,7 +193,7 @@ def _shown(kind):
 
 
 class Inert(NbGraderPreprocessor):
-    """nbgrader's preprocessor for `inert`: in the autograding, after the checks are written, and before feedback."""
+    """nbgrader's preprocessor for `inert`: in the autograding, after the grades are saved, and in HTMLExporter (formgrader, feedback)."""
 
     def preprocess(self, nb, resources):
         ours = resources.get("nbgrader", {})  # nbgrader's converters; the formgrader's page passes its own keys

@@ -575,12 +575,13 @@ def test_the_payloads_run_when_nothing_stops_them(pages, course, tmp_path):
         assert seen["live"], (kind, seen)
 
 
-def test_the_formgrader_makes_inert_a_notebook_autograded_without_the_course_config(labs, pages, planted, course):
+def test_the_formgrader_and_the_feedback_make_inert_a_notebook_autograded_without_the_course_config(labs, pages, planted, course):
     """An autograded notebook that still holds every payload (graded before this course version, or by hand):
-    the formgrader's own renderer makes it inert."""
+    the renderer of the formgrader and of nbgrader's generate_feedback makes it inert."""
     lab, student = labs["instructor"], "mallory_displays"
     autograded = course / "autograded" / student / NOTEBOOK / f"{NOTEBOOK}.ipynb"
-    kept = autograded.read_bytes()
+    feedback = course / "feedback" / student / NOTEBOOK / f"{NOTEBOOK}.html"
+    kept, kept_feedback = autograded.read_bytes(), feedback.read_bytes()
     raw = planted_notebook("displays", student)
     try:
         from nbclient import NotebookClient
@@ -588,10 +589,17 @@ def test_the_formgrader_makes_inert_a_notebook_autograded_without_the_course_con
         NotebookClient(raw, timeout=120, kernel_name="python3").execute()  # the outputs, as a grader without Inert keeps them
         assert any("onerror" in json.dumps(c.get("outputs", [])) for c in raw.cells)
         nbformat.write(raw, autograded)
-        seen = visit(pages["instructor"].context, f"{lab.url}/formgrader/submissions/{submission_ids(lab)[student]}/?token={lab.token}", course)
-        assert (seen["dialogs"], seen["marks"], seen["requests"], seen["files"], seen["live"]) == ([], [], [], [], []), seen
+        env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
+        done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_feedback", NOTEBOOK, "--student", student, "--force"],
+                              cwd=course, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        for where, url in {"formgrader": f"{lab.url}/formgrader/submissions/{submission_ids(lab)[student]}/?token={lab.token}",
+                           "feedback": feedback.as_uri()}.items():
+            seen = visit(pages["instructor"].context, url, course)
+            assert (seen["dialogs"], seen["marks"], seen["requests"], seen["files"], seen["live"]) == ([], [], [], [], []), (where, seen)
     finally:
         autograded.write_bytes(kept)
+        feedback.write_bytes(kept_feedback)
 
 
 def test_an_honest_submission_looks_as_before_and_the_formgrader_still_works(labs, pages, planted, course, capsys):
