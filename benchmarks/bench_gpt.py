@@ -1,8 +1,10 @@
-"""Training the notebook 10 GPT against the same model built from PyTorch's own modules, as a ratio.
+"""The notebook 10 GPT side by side with a same-size model of PyTorch's own modules, nanoGPT's documented
+CPU configuration, and the strongest counting model; and, as a ratio, how fast it reaches the first's best.
 
     python benchmarks/bench_gpt.py                     # the device's recipe (CPU: 71 s a model, GPU: 44 s)
     python benchmarks/bench_gpt.py --max-seconds 15    # a quick look
     python benchmarks/bench_gpt.py --max-steps 1000 --max-seconds 0   # a schedule of steps instead of seconds
+    python benchmarks/bench_gpt.py --no-nanogpt        # without nanoGPT's run (2000 steps)
 
 Trains, one after the other in one run, solutions_lib.gpt's GPT (with solutions_lib.fast's fused
 kernels, as the command trains it) and TorchGPT below: the same embeddings, final norm and tied
@@ -12,19 +14,37 @@ seed) and the same schedule (solutions_lib.gpt.train.fit with one Config). It pr
 per character against seconds of training (evaluations excluded) for both, the Markov baselines
 on the same tokens, and last the ratio of the seconds each needs to reach TorchGPT's best held-out
 nats per character, within --tolerance (target: at most 0.8). A model reaches a score at the first
-evaluation at or below it, so --eval-every sets the resolution. Timings are only comparable within
-one run.
+evaluation at or below it, so --eval-every sets the resolution.
+
+Then NanoGPT below, nanoGPT's shakespeare-char model reimplemented from its published CPU
+configuration (one id per character, 4 layers, 4 heads, 128 wide, block 64, batch 12, 2000 steps,
+dropout 0, learning rate 1e-3 to 1e-4 after 100 steps of warm-up, AdamW betas 0.9/0.99, float32 as
+nanoGPT runs on a CPU), trained by the same loop; and the interpolated 4-gram of notebook 10
+(course_lib.ngram) on the recipe's tokens. Last, a table of each one's held-out nats per character
+(every held-out token predicted once, from the tokens before it in its window of block_size) and
+seconds. Timings are only comparable within one run.
 """
 import argparse
+import math
+import time
 from dataclasses import replace
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from course_lib.gpt_training import Config
+from course_lib.ngram import interpolated_nats_per_char
+from course_lib.runtime import cpu_bf16
+from course_lib.training import process_device
 from solutions_lib.gpt import GPT, init_weights, lm_loss
 from solutions_lib.gpt.data import markov_nats_per_char
 from solutions_lib.gpt.train import fit, load_data, recipe
-from solutions_lib.train import process_device
+
+# nanoGPT's README, "I only have a macbook": train_shakespeare_char.py with these flags (its CPU run)
+NANOGPT_CPU = Config(tokenizer="char", d_model=128, h=4, d_ff=512, N=4, block_size=64, batch_size=12, dropout=0.0,
+                     lr=1e-3, min_lr=1e-4, warmup=100, weight_decay=0.1, clip=1.0, max_steps=2000, max_seconds=0.0,
+                     bf16=False)
 
 
 class TorchGPT(GPT):
@@ -47,6 +67,38 @@ class TorchGPT(GPT):
         return logits, None if targets is None else lm_loss(logits, targets)
 
 
+class NanoGPT(nn.Module):
+    """nanoGPT's model: pre-norm blocks (LayerNorm without bias, causal attention by one c_attn product and
+    F.scaled_dot_product_attention, a 4x MLP with GELU), learned positions, a final LayerNorm and an output layer
+    tied to the token embedding; weights N(0, 0.02^2), the residual projections 0.02 / sqrt(2N). GPT's constructor."""
+
+    def __init__(self, V, *, d_model, h, d_ff, N, block_size, dropout=0.0):
+        super().__init__()
+        self.h, self.block_size = h, block_size
+        self.wte, self.wpe = nn.Embedding(V, d_model), nn.Embedding(block_size, d_model)
+        self.blocks = nn.ModuleList(nn.ModuleDict({
+            "ln_1": nn.LayerNorm(d_model, bias=False), "c_attn": nn.Linear(d_model, 3 * d_model, bias=False),
+            "c_proj": nn.Linear(d_model, d_model, bias=False), "ln_2": nn.LayerNorm(d_model, bias=False),
+            "c_fc": nn.Linear(d_model, d_ff, bias=False), "mlp_proj": nn.Linear(d_ff, d_model, bias=False)})
+            for _ in range(N))
+        self.ln_f = nn.LayerNorm(d_model, bias=False)
+        self.lm_head = nn.Linear(d_model, V, bias=False)
+        self.lm_head.weight = self.wte.weight
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * N) if name.endswith(("c_proj.weight", "mlp_proj.weight")) else 0.02)
+
+    def forward(self, idx, targets=None):
+        B, T = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+        for b in self.blocks:
+            q, k, v = b["c_attn"](b["ln_1"](x)).view(B, T, 3, self.h, -1).permute(2, 0, 3, 1, 4)
+            x = x + b["c_proj"](F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, -1))
+            x = x + b["mlp_proj"](F.gelu(b["c_fc"](b["ln_2"](x))))
+        logits = self.lm_head(self.ln_f(x))
+        return logits, None if targets is None else lm_loss(logits, targets)
+
+
 def seconds_to_reach(history, target):
     """Training seconds at the first evaluation at or below target nats per character (inf if none)."""
     return next((s for s, score in zip(history["seconds"], history["held_out"]) if score <= target), float("inf"))
@@ -60,6 +112,8 @@ def main():
     parser.add_argument("--tokenizer", choices=["bpe", "char"], default=None)
     parser.add_argument("--k", type=float, default=0.1, help="add-k smoothing of the Markov baselines")
     parser.add_argument("--tolerance", type=float, default=0.01, help="nats per character that still count as reaching")
+    parser.add_argument("--nanogpt", action=argparse.BooleanOptionalAction, default=True,
+                        help="train nanoGPT's CPU configuration too (2000 steps)")
     args = parser.parse_args()
     dev = process_device(0)
     given = {"max_seconds": args.max_seconds, "max_steps": args.max_steps, "tokenizer": args.tokenizer}
@@ -71,10 +125,11 @@ def main():
     for order, name in enumerate(["unigram", "bigram", "trigram"]):
         score = markov_nats_per_char(data["train"], data["held_out"], order, V, chars, k=args.k)
         print(f"Markov {name} (add-{args.k:g}): held-out {score:.3f} nats per character")
-    runs = {}
+    runs, results = {}, {}
+    amp = dev.type == "cuda" or cpu_bf16()  # whether bf16=True means bfloat16 here
     for name, model_class in (("solutions_lib", None), ("torch", TorchGPT)):
         result = fit(cfg, progress=False, log=lambda line: None, data=data, model_class=model_class)
-        runs[name] = result["history"]
+        runs[name], results[name] = result["history"], result
         print(f"{name:>13}: {result['steps']} steps, {result['tokens_per_second']:.0f} tokens/s, "
               f"final held-out {result['held_out']:.3f} nats per character")
     print("held-out nats per character against seconds of training:")
@@ -87,7 +142,25 @@ def main():
     t_ours, t_theirs = seconds_to_reach(ours, target), seconds_to_reach(theirs, target)
     print(f"time to torch's best held-out + {args.tolerance:g} = {target:.3f} nats per character: "
           f"solutions_lib {t_ours:.1f} s, torch {t_theirs:.1f} s")
-    print(f"time to torch's best ratio (solutions_lib / torch, target at most 0.8): {t_ours / t_theirs:.2f}")
+    ratio = t_ours / t_theirs
+    print(f"time to torch's best ratio (solutions_lib / torch, target at most 0.8): {ratio:.2f}")
+    rows = [("the course's recipe (solutions_lib.gpt)", cfg, results["solutions_lib"]),
+            ("the same, PyTorch's modules (TorchGPT)", cfg, results["torch"])]
+    if args.nanogpt:
+        nano = fit(NANOGPT_CPU, progress=False, log=lambda line: None, data=load_data(NANOGPT_CPU), model_class=NanoGPT)
+        rows.append(("nanoGPT's CPU configuration (NanoGPT)", NANOGPT_CPU, nano))
+    start = time.perf_counter()
+    counted, _ = interpolated_nats_per_char(data["train"], data["held_out"], 3, V, chars)
+    counting = time.perf_counter() - start
+    print()
+    print(f"{'':42} {'held-out nats/char':>18} {'steps':>6} {'tokens/s':>9} {'seconds':>8}")
+    for name, c, r in rows:
+        print(f"{name:42} {r['held_out']:18.3f} {r['steps']:6d} {r['tokens_per_second']:9,.0f} {r['seconds']:8.1f}"
+              f"   {c.tokenizer}, d_model {c.d_model}, N {c.N}, block {c.block_size}, B {c.batch_size}"
+              f"{', bfloat16' if c.bf16 and amp else ''}")
+    print(f"{'the interpolated 4-gram (course_lib.ngram)':42} {counted:18.3f} {'':6} {'':9} {counting:8.1f}   counted on the recipe's tokens")
+    print("seconds: a model's training and its evaluations, its data already loaded; the command adds its start-up "
+          "(tokenizing included) to these")
 
 
 if __name__ == "__main__":

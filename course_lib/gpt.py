@@ -3,6 +3,7 @@
 - LayerNorm and FeedForward of notebook 07, on F.layer_norm and nn.Linear;
 - the byte-pair encoding of notebook 09 (train_bpe, encode, decode), and learn_merges, which
   learns train_bpe's merges in seconds instead of minutes;
+- check_sampling, the notebook's given check of sample_next's settings;
 - TinyGPT, a small GPT with random weights written on PyTorch's functions, PrefilledCache,
   a KV cache that already holds some positions, and CacheSteps, which feeds a cache step by step:
   the checks of Block, GPT, KVCache and generate use them.
@@ -46,6 +47,19 @@ class FeedForward(nn.Module):
     def forward(self, x):
         hidden = F.relu(self.W_1(x))
         return self.W_2(self.dropout(hidden))
+
+
+# ---------------------------------------------------------------- notebook 10's given code
+
+
+def check_sampling(temperature=1.0, top_k=None, top_p=None):
+    """Raise ValueError for settings sample_next cannot use."""
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, not {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be at least 1, not {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must lie in (0, 1], not {top_p}")
 
 
 # ---------------------------------------------------------------- notebook 09's tokenizer
@@ -154,19 +168,6 @@ def decode(ids, merges):
     for a, b in merges:
         table.append(table[a] + table[b])
     return b"".join(table[i] for i in ids).decode("utf-8", errors="replace")
-
-
-def with_helpers(*functions):
-    """Your notebook 09 functions, given the course's N_BYTES, split_words and text_to_words where they lack them.
-
-    Notebook 09 defines those three in ordinary cells, which course_lib.yours does not run (it runs
-    the setup cell and the solution cells); a function of the course has them already.
-    returns the functions, one or a tuple
-    """
-    for f in functions:
-        for name, value in (("N_BYTES", N_BYTES), ("split_words", split_words), ("text_to_words", text_to_words)):
-            f.__globals__.setdefault(name, value)
-    return functions[0] if len(functions) == 1 else functions
 
 
 # ---------------------------------------------------------------- what the checks hand to your code

@@ -27,6 +27,20 @@ def device():
     return torch.device("cpu")
 
 
+def cpu_bf16(cpuinfo=Path("/proc/cpuinfo")):
+    """True when the CPU multiplies bfloat16 matrices in hardware (x86's AVX512-BF16 or AMX-BF16 on Linux):
+    there, bfloat16 autocast makes a small GPT's training step about a quarter faster. Elsewhere it would
+    emulate bfloat16, slower than float32, so the course keeps float32."""
+    try:
+        with open(cpuinfo, encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return bool({"avx512_bf16", "amx_bf16"} & set(line.split(":", 1)[-1].split()))
+    except OSError:
+        pass
+    return False
+
+
 def usable_cpus(cgroup=None, proc_cgroup=None):
     """How many CPUs this process may really use: its affinity, capped by its cgroup's CPU quota.
 

@@ -6,8 +6,9 @@
 saved notebook next to this one (`../NN_name/NN_name.ipynb`). When the check of
 that exercise, and of every exercise it builds on, passed the last time you ran
 it (a check cell keeps its result in the saved notebook), it runs that
-notebook's setup cell and those solution cells, in a namespace of their own,
-and hands you your object; otherwise the stand-in. It prints one line saying
+notebook's setup cell, those solution cells and what the other cells define
+(imports, functions, classes, constants; not their training runs), in a
+namespace of their own, and hands you your object; otherwise the stand-in. It prints one line saying
 which is in use, and why. The earlier blocks that notebook imports are yours
 too where they pass, so notebook 08 trains your 07 Transformer on your 06
 MultiHeadAttention and your 05 masks.
@@ -17,6 +18,7 @@ another notebook.
 """
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -101,17 +103,22 @@ class _Finder:
         return self.loaded[name], ex.notebook
 
     def run(self, nb, needed, name, path):
-        """Runs the notebook's setup cell and the solution cells of `needed` in a fresh namespace."""
-        cells = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id"): "".join(c.get("source", ""))
-                 for c in nb.get("cells", []) if c.get("cell_type") == "code"}
+        """Runs the notebook's setup cell, then in the notebook's order the solution cells of `needed` and
+        the definitions of its given cells (the helpers your code may call), in a fresh namespace."""
+        code = [(c.get("metadata", {}).get("nbgrader", {}).get("grade_id"), "".join(c.get("source", "")))
+                for c in nb.get("cells", []) if c.get("cell_type") == "code"]
+        setup = next((source for cell_name, source in code if cell_name == "setup"), "")
         namespace = {"__name__": f"yours_{path.stem}"}
         _running.append(self)
         with torch.random.fork_rng(devices=[]):  # the setup cell seeds; this notebook's random numbers stay as they were
             try:
-                exec(compile(cells.get("setup", ""), f"{path.name}: setup", "exec"), namespace)
+                exec(compile(setup, f"{path.name}: setup", "exec"), namespace)
                 self.swap_in(namespace, before=path.stem)
-                for cell_name in needed:
-                    exec(compile(cells[cell_name], f"{path.name}: {cell_name}", "exec"), namespace)
+                for cell_name, source in code:
+                    if cell_name in needed:
+                        exec(compile(source, f"{path.name}: {cell_name}", "exec"), namespace)
+                    elif cell_name is None:
+                        _define(source, f"{path.name}: a given cell", namespace)
             except Exception as e:  # the learner's notebook, as saved: anything may fail in it
                 raise NotYours(f"running {path.name} failed: {type(e).__name__}: {e}") from None
             finally:
@@ -143,6 +150,46 @@ class _Finder:
                     self.used.add(obj.__name__)
             except (KeyError, NotYours):
                 pass
+
+
+def _define(source, filename, namespace):
+    """What a given cell defines for the cells after it, in the namespace: its imports, functions, classes and
+    constants (NAME = a literal, as N_BYTES = 256); the rest of the cell (training, plots) is not run. A definition
+    that fails (a class built on an exercise not loaded, say) is left out."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or _constant(node):
+            try:
+                exec(compile(ast.Module([node], type_ignores=[]), filename, "exec"), namespace)
+            except Exception:  # noqa: BLE001 - a helper the learner's code does not need
+                pass
+
+
+def _constant(node):
+    if not (isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets)):
+        return False
+    try:
+        ast.literal_eval(node.value)
+        return True
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+
+
+def load(names, folder):
+    """{name: your object} for these exercises of your saved notebooks under `folder` (a notebook's folder);
+    NotYours, with each reason, when any of them cannot be used. Quiet: the caller says what it uses."""
+    found, objs, why = _Finder(Path(folder)), {}, []
+    for name in names:
+        try:
+            objs[name] = found.own(name)[0]
+        except NotYours as e:
+            why.append(f"{name} ({e})")
+    if why:
+        raise NotYours(", ".join(why))
+    return objs
 
 
 def _with_dependencies(registry, name):

@@ -17,7 +17,6 @@ around a minimum, and their average sits closer to it. On 2 CPU cores the
 dates reach 99 % in 300 to 350 steps with it, 550 to 600 without (seeds 0 to 2).
 """
 import argparse
-import contextlib
 import copy
 import math
 import os
@@ -30,8 +29,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from course_lib.dates import date_splits, date_vocab
-from course_lib.runtime import device as default_device
 from course_lib.tasks import copy_pairs, encode_pairs, letters_vocab, reverse_pairs
+from course_lib.training import distributed, load_checkpoint, mean_loss, optimizer_step, precision, process_device
 from course_lib.transformer import init_embeddings
 from solutions_lib import START
 from solutions_lib.training import label_smoothed_cross_entropy, make_masks, shift_right, warmup_lr
@@ -143,57 +142,6 @@ def trim(ids, pad_id=0):
     return ids[:, : int((ids != pad_id).any(0).nonzero().max()) + 1]
 
 
-# ---------------------------------------------------------------- device, precision, processes
-
-
-def amp_dtype(dev):
-    """bfloat16 on GPUs that support it, else float16 on CUDA; None (full precision) elsewhere."""
-    if dev.type != "cuda":
-        return None
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-
-
-def precision(dev):
-    """(autocast, scaler) on `dev`: `with autocast():` runs the forward pass in amp_dtype(dev); the
-    gradient scaler multiplies the loss only under float16, whose small gradients would round to 0."""
-    low = amp_dtype(dev)
-    scaler = torch.amp.GradScaler(dev.type, enabled=low == torch.float16)
-    return ((lambda: torch.autocast(dev.type, dtype=low)) if low else contextlib.nullcontext), scaler
-
-
-def optimizer_step(loss, model, optimizer, scaler, clip):
-    """Back-propagate `loss`, clip the gradient norm of `model` at `clip`, and update the parameters."""
-    optimizer.zero_grad(set_to_none=True)
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)
-    nn.utils.clip_grad_norm_(model.parameters(), clip)
-    scaler.step(optimizer)
-    scaler.update()
-
-
-def mean_loss(losses):
-    """The mean of the losses since the last evaluation, kept as 0-dim tensors on the device so that
-    no step waits for the GPU to hand one back; nan when there are none."""
-    return torch.stack(losses).mean().item() if losses else float("nan")
-
-
-def distributed():
-    """(rank, world size); starts the process group under torchrun."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return 0, 1
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return dist.get_rank(), dist.get_world_size()
-
-
-def process_device(rank):
-    dev = default_device()
-    if dev.type == "cuda" and dist.is_initialized():
-        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
-        torch.cuda.set_device(dev)
-    return dev
-
-
 # ---------------------------------------------------------------- training
 
 
@@ -222,19 +170,6 @@ def save_checkpoint(path, model, optimizer, scheduler, step, cfg, history, ema=N
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                 "ema": None if ema is None else ema.state_dict(), "step": step, "config": asdict(cfg),
                 "history": history}, path)
-
-
-def load_checkpoint(path, model, optimizer=None, scheduler=None, map_location="cpu", ema=None):
-    """Restore a checkpoint into model (and optimizer, scheduler, ema); returns (step, history)."""
-    state = torch.load(path, map_location=map_location, weights_only=False)
-    model.load_state_dict(state["model"])
-    if optimizer is not None:
-        optimizer.load_state_dict(state["optimizer"])
-    if scheduler is not None:
-        scheduler.load_state_dict(state["scheduler"])
-    if ema is not None:
-        ema.load_state_dict(state.get("ema") or state["model"])
-    return state["step"], state["history"]
 
 
 def moving_average(model, decay):

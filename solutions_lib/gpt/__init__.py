@@ -1,7 +1,7 @@
 """A GPT of your own (notebook 10): a decoder-only language model on Shakespeare.
 
 This module: the model, sampling and the KV cache; gpt.data: tokens, batches and held-out
-nats per character, and the Markov baselines; gpt.train: the command.
+nats per character, and the Markov baselines; gpt.train: the command (its loop: course_lib.gpt_training).
 
     python -m solutions_lib.gpt train                  # the recipe for the device found (CPU: 72 s, GPU: 45 s)
     python -m solutions_lib.gpt train --tokenizer char --max-seconds 20
@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_lib.gpt import check_sampling  # noqa: F401  given code of the notebook, shared with the commands
 from solutions_lib.attention import causal_mask
 from solutions_lib.multihead import MultiHeadAttention
 from solutions_lib.transformer import FeedForward, LayerNorm
@@ -171,16 +172,6 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None)
         drop = torch.zeros_like(enough).scatter(-1, order, enough)  # back from sorted order to vocabulary order
         logits = logits.masked_fill(drop, float("-inf"))
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
-
-
-def check_sampling(temperature=1.0, top_k=None, top_p=None):
-    """Raise ValueError for settings sample_next cannot use."""
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, not {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be at least 1, not {top_k}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p must lie in (0, 1], not {top_p}")
 
 
 class KVCache:

@@ -1,19 +1,13 @@
-"""The data of notebook 10: Tiny Shakespeare as BPE tokens (notebook 09's merges, learned on the
-training part only), random windows, and the held-out loss in nats per character, for the GPT and
-for the Markov baselines of notebook 02."""
-import hashlib
-import json
+"""The data of notebook 10: random windows of the token stream, and the held-out loss in nats per
+character, for the GPT and for the Markov baselines of notebook 02. The tokens themselves (notebook
+09's merges, learned on the training part only) are course_lib.gpt_training's: Tokenizer, tokenize."""
 import math
-import os
 from collections import Counter
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from course_lib.gpt import learn_merges  # notebook 09's merges, learned in seconds
-from solutions_lib import bpe
-from solutions_lib.gpt import lm_loss
+from course_lib.gpt import learn_merges  # noqa: F401  notebook 09's merges, learned in seconds
+from course_lib.gpt_training import Tokenizer, cache_dir, cached_merges, held_out_loss, tokenize  # noqa: F401
 
 
 # ---------------------------------------------------------------- data
@@ -44,30 +38,11 @@ def nats_per_char(loss_per_token, n_tokens, n_chars):
     return loss_per_token * n_tokens / n_chars
 
 
-@torch.no_grad()
 def evaluate(model, data, block_size, n_chars, batch_size=64):
-    """Held-out nats per character: the model's loss over the whole token stream `data`.
-
-    data: (n,) LongTensor; it is cut into non-overlapping windows of block_size inputs (the last
-    one shorter), so every token but the first is predicted once, from the tokens before it in
-    its window. n_chars: the characters the stream encodes. Leaves the model in the mode it found.
-    returns: float, nats_per_char(mean loss, n - 1, n_chars)
-    """
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    n = (len(data) - 1) // block_size  # full windows
-    x, y = data[: n * block_size].view(n, block_size), data[1 : n * block_size + 1].view(n, block_size)
-    batches = [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, n, batch_size)]
-    if len(data) - 1 > n * block_size:  # the rest
-        batches.append((data[n * block_size : -1][None], data[n * block_size + 1 :][None]))
-    total = 0.0
-    for xb, yb in batches:
-        logits, _ = model(xb.to(device))
-        total += lm_loss(logits, yb.to(device)).item() * yb.numel()
-    model.train(was_training)
-    n_tokens = len(data) - 1
-    return nats_per_char(total / n_tokens, n_tokens, n_chars)
+    """Held-out nats per character: the model's loss over the whole token stream `data`
+    (course_lib.gpt_training.held_out_loss: every token but the first predicted once, from the tokens
+    before it in its window of block_size), over the n_chars characters the stream encodes."""
+    return nats_per_char(*held_out_loss(model, data, block_size, batch_size), n_chars)
 
 
 def markov_nats_per_char(train_ids, test_ids, order, V, n_chars, k=0.1):
@@ -95,70 +70,3 @@ def markov_nats_per_char(train_ids, test_ids, order, V, n_chars, k=0.1):
     test = windows(test_ids)
     loss = -sum(math.log((joint[w] + k) / (context[w[:-1]] + k * V)) for w in test) / len(test)
     return nats_per_char(loss, len(test), n_chars)
-
-
-# ---------------------------------------------------------------- tokens
-
-
-def cache_dir():
-    """Where trained merges are kept: $SEQCOURSE_CACHE, else ~/.cache/seqcourse."""
-    return Path(os.environ.get("SEQCOURSE_CACHE") or Path.home() / ".cache" / "seqcourse")
-
-
-def cached_merges(train_text, vocab_size, folder=None):
-    """learn_merges(train_text, vocab_size), kept in a file named by a hash of the text and vocab_size,
-    so that only the first run on a text pays for the training."""
-    key = hashlib.sha256(train_text.encode("utf-8")).hexdigest()[:16]
-    path = Path(folder or cache_dir()) / f"bpe-{key}-{vocab_size}.json"
-    if path.is_file():
-        return [tuple(pair) for pair in json.loads(path.read_text())]
-    merges = learn_merges(train_text, vocab_size)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # processes that train at once never read half a file
-    partial.write_text(json.dumps(merges))
-    os.replace(partial, path)
-    return merges
-
-
-@dataclass
-class Tokenizer:
-    """Text <-> token ids: notebook 09's BPE (kind "bpe", its merges), or one id per character
-    (kind "char", the sorted characters of the training text: id i is chars[i])."""
-
-    kind: str
-    merges: list = None
-    chars: str = None
-
-    @property
-    def V(self):
-        return bpe.N_BYTES + len(self.merges) if self.kind == "bpe" else len(self.chars)
-
-    def encode(self, text):
-        """list of ids; a character the character-level vocabulary lacks raises ValueError."""
-        if self.kind == "bpe":
-            return bpe.encode(text, self.merges)
-        index = {c: i for i, c in enumerate(self.chars)}
-        unknown = sorted(set(text) - set(index))
-        if unknown:
-            raise ValueError(f"characters outside the vocabulary: {''.join(unknown)!r}; the vocabulary is {self.chars!r}")
-        return [index[c] for c in text]
-
-    def decode(self, ids):
-        return bpe.decode(ids, self.merges) if self.kind == "bpe" else "".join(self.chars[i] for i in ids)
-
-
-def tokenize(train_text, held_out_text, vocab_size=512, kind="bpe", folder=None):
-    """Train a tokenizer on train_text alone, and encode both parts.
-
-    kind "bpe": vocab_size - 256 merges, cached (cached_merges); kind "char": vocab_size is not used.
-    returns tokenizer, train_ids (n_train,), held_out_ids (n_held_out,): LongTensors
-    """
-    if kind == "bpe":
-        tokenizer = Tokenizer("bpe", merges=cached_merges(train_text, vocab_size, folder))
-    elif kind == "char":
-        tokenizer = Tokenizer("char", chars="".join(sorted(set(train_text))))
-    else:
-        raise ValueError(f"kind must be 'bpe' or 'char', not {kind!r}")
-    train_ids = torch.tensor(tokenizer.encode(train_text), dtype=torch.long)
-    held_out_ids = torch.tensor(tokenizer.encode(held_out_text), dtype=torch.long)
-    return tokenizer, train_ids, held_out_ids

@@ -301,3 +301,24 @@ def test_reveal_and_progress_in_the_distribution(dist):
     done = subprocess.run([sys.executable, "-m", "autograder", "progress", "notebooks"], cwd=dest, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "05_self_attention" in done.stdout and "not run yet" in done.stdout, done.stderr
+
+
+@pytest.mark.slow
+def test_a_class_trains_and_samples_its_own_gpt_from_the_command_line(dist, tmp_path):
+    # what README's students item 7 promises, with what a class is shipped
+    from test_my_gpt import NOTEBOOKS, TINY
+    from test_yours import _learner
+
+    course = _learner(tmp_path / "course", notebooks=NOTEBOOKS)
+    _, env = dist
+    ckpt = tmp_path / "mine.pt"
+
+    def my_gpt(*args):
+        return subprocess.run([sys.executable, "-m", "course_lib.my_gpt", *args], cwd=course, env=dict(env, OMP_NUM_THREADS="1"),
+                              capture_output=True, text=True, timeout=600)
+
+    run = my_gpt("train", *TINY, "--tokenizer", "char", "--checkpoint", str(ckpt))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.startswith("train: your GPT, get_batch, nats_per_char (10); tokenizer: your encode and decode (09)")
+    sample = my_gpt("sample", "--checkpoint", str(ckpt), "--prompt", "ROMEO:", "--tokens", "10")
+    assert sample.returncode == 0 and sample.stdout.split("\n", 1)[1].startswith("ROMEO:"), sample.stderr[-3000:]

@@ -17,13 +17,13 @@ from course_lib.yours import yours
 EARLIER = ["04_positional_encoding", "05_self_attention", "06_multi_head_attention", "07_transformer_architecture"]
 
 
-def _learner(folder, status=None, broken=None):
-    """A learner's course folder: the solution notebooks of 04-07, saved after every check ran.
+def _learner(folder, status=None, broken=None, notebooks=EARLIER):
+    """A learner's course folder: the solution notebooks of 04-07 (or `notebooks`), saved after every check ran.
 
     status: {exercise: status} overrides "passed"; broken: {exercise: source} replaces a solution cell.
     """
     status, broken = status or {}, broken or {}
-    for name in EARLIER:
+    for name in notebooks:
         nb = json.loads((ROOT / "solutions" / name / f"{name}.ipynb").read_text())
         for cell in nb["cells"]:
             meta = cell.get("metadata", {}).get("nbgrader", {})
@@ -36,8 +36,10 @@ def _learner(folder, status=None, broken=None):
         (folder / name).mkdir(parents=True)
         (folder / name / f"{name}.ipynb").write_text(json.dumps(nb))
         assert all(r and r["status"] == status.get(e, "passed") for e, _, r in check_cells(nb))
-    (folder / "08_training_a_transformer").mkdir()
-    return folder / "08_training_a_transformer"
+    if notebooks is EARLIER:
+        (folder / "08_training_a_transformer").mkdir()
+        return folder / "08_training_a_transformer"
+    return folder
 
 
 def _sizes():

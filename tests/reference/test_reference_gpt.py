@@ -334,7 +334,8 @@ def test_gpt_cli_trains_resumes_and_samples(tmp_path):
     run = _run("-m", "solutions_lib.gpt", "train", "--tokenizer", "char", *CLI_TINY, "--checkpoint", str(ckpt))
     assert run.returncode == 0, run.stdout + run.stderr
     last = run.stdout.strip().splitlines()[-1]
-    assert last.startswith("held-out ") and last.endswith(" s") and " nats per character after " in last, last
+    assert last.startswith("held-out ") and " nats per character after " in last, last
+    assert " s of training, " in last and last.endswith(" s from the command's start"), last
     assert torch.load(ckpt, weights_only=False)["step"] == 6
     again = _run("-m", "solutions_lib.gpt", "train", "--resume", str(ckpt), "--max-steps", "9", "--checkpoint", str(ckpt),
                  "--no-progress")

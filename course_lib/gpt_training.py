@@ -1,0 +1,501 @@
+"""Notebook 10's recipe as a command: train a GPT on Tiny Shakespeare, and sample from it.
+
+One training loop for two commands, which differ only in the building blocks (`Parts`) they hand it:
+`python -m course_lib.my_gpt train`, on your GPT, get_batch, ... from your notebook 10, and the
+course's reference command, on the reference's blocks with fused kernels (the instructor's and the
+benchmarks', which a class's distribution does not ship).
+
+The budget of seconds counts from the command's start (`max_seconds`, held-out evaluations not
+counted); the learning rate warms up, then decays over whichever comes first, max_steps or
+max_seconds. The forward pass runs under bfloat16 autocast on a GPU, and on a CPU with bfloat16 matrix units
+(runtime.cpu_bf16: a step about a quarter faster than in float32); under torchrun every process
+trains on its share of each batch, and process 0 alone evaluates, prints and saves.
+"""
+import argparse
+import contextlib
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from course_lib import gpt as course_gpt
+from course_lib.text import shakespeare, split
+from course_lib.training import distributed, load_checkpoint, mean_loss, optimizer_step, precision, process_device
+
+
+# ---------------------------------------------------------------- the recipes
+
+
+@dataclass
+class Config:
+    tokenizer: str = "bpe"  # bpe (notebook 09's, trained on the training part) or char
+    vocab_size: int = 768  # bpe: 256 bytes + vocab_size - 256 merges
+    d_model: int = 128  # sizes in the course's order: d_model, h, d_ff, N
+    h: int = 4
+    d_ff: int = 512
+    N: int = 2
+    block_size: int = 64
+    dropout: float = 0.0
+    batch_size: int = 24
+    lr: float = 2e-3  # peak learning rate, after `warmup` steps; then a cosine down to min_lr
+    min_lr: float = 2e-4
+    warmup: int = 50
+    weight_decay: float = 0.1
+    clip: float = 1.0
+    max_steps: int = 1_000_000
+    max_seconds: float = 71.0  # training stops this many seconds after the command's start, evaluations not counted (0: none)
+    eval_every: int = 0  # evaluate on the held-out text every this many steps (0: at the end only)
+    seed: int = 0
+    bf16: bool = True  # the forward pass under bfloat16 autocast where the device multiplies it in hardware
+
+
+# 2 cores: 0.50 M parameters, bfloat16 where the CPU has it. Measured on 2 cores, bfloat16, 71 s (seed 0): 4 blocks on
+# BPE-512 tokens 1.58, on BPE-768 1.57; 3 blocks 1.545, 2 blocks 1.54, 2 blocks with batches of 24 1.53 (seeds 0-2:
+# 1.531, 1.523, 1.533). Fewer blocks train more steps in the same time; longer tokens read more text a step.
+CPU = Config()
+# nanoGPT's shakespeare-char model (10.9 M parameters) on BPE-384 tokens. On an H200, with the same steps,
+# V = 384 reached 1.470 nats per character, V = 512 1.482 (its fewer tokens are seen more often: it overfits sooner)
+GPU = Config(vocab_size=384, d_model=384, h=6, N=6, d_ff=1536, block_size=256, batch_size=64, dropout=0.2, lr=1e-3,
+             min_lr=1e-4, warmup=100, max_seconds=44.0)
+
+
+def check_config(cfg):
+    """Raise ValueError for a Config that cannot train."""
+    if cfg.tokenizer not in ("bpe", "char"):
+        raise ValueError(f"tokenizer must be 'bpe' or 'char', not {cfg.tokenizer!r}")
+    if cfg.tokenizer == "bpe" and cfg.vocab_size < course_gpt.N_BYTES:
+        raise ValueError(f"a BPE vocabulary holds the {course_gpt.N_BYTES} bytes at least, not vocab_size {cfg.vocab_size}")
+    if cfg.d_model % cfg.h:
+        raise ValueError(f"d_model ({cfg.d_model}) must be a multiple of h ({cfg.h})")
+    for name in ("d_model", "h", "N", "d_ff", "block_size", "batch_size", "max_steps"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name} must be at least 1, not {getattr(cfg, name)}")
+    if not 0 <= cfg.dropout < 1 or cfg.max_seconds < 0 or cfg.eval_every < 0:
+        raise ValueError("dropout must lie in [0, 1), max_seconds and eval_every must be >= 0")
+
+
+def recipe(dev):
+    """The Config the command runs with no flags on device dev."""
+    return GPU if dev.type == "cuda" else CPU
+
+
+# ---------------------------------------------------------------- the building blocks
+
+
+@dataclass
+class Parts:
+    """What a run trains and samples with: notebook 10's exercises (and notebook 09's BPE), the
+    reference's or a learner's own. `build` may swap a freshly made GPT's modules for faster ones."""
+
+    GPT: type
+    get_batch: Callable  # (data, block_size, B, generator) -> x, y
+    nats_per_char: Callable  # (loss per token, n_tokens, n_chars) -> nats per character
+    generate: Callable  # (model, idx, max_new_tokens, use_cache, **sampling) -> idx
+    encode: Callable = course_gpt.encode  # (text, merges) -> ids
+    decode: Callable = course_gpt.decode  # (ids, merges) -> text
+    build: Callable = lambda model: model
+    prog: str = "python -m course_lib.my_gpt"
+
+
+# ---------------------------------------------------------------- tokens
+
+
+def cache_dir():
+    """Where trained merges are kept: $SEQCOURSE_CACHE, else ~/.cache/seqcourse."""
+    return Path(os.environ.get("SEQCOURSE_CACHE") or Path.home() / ".cache" / "seqcourse")
+
+
+def cached_merges(train_text, vocab_size, folder=None):
+    """learn_merges(train_text, vocab_size), kept in a file named by a hash of the text and vocab_size,
+    so that only the first run on a text pays for the training."""
+    key = hashlib.sha256(train_text.encode("utf-8")).hexdigest()[:16]
+    path = Path(folder or cache_dir()) / f"bpe-{key}-{vocab_size}.json"
+    if path.is_file():
+        return [tuple(pair) for pair in json.loads(path.read_text())]
+    merges = course_gpt.learn_merges(train_text, vocab_size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # processes that train at once never read half a file
+    partial.write_text(json.dumps(merges))
+    os.replace(partial, path)
+    return merges
+
+
+@dataclass
+class Tokenizer:
+    """Text <-> token ids: notebook 09's BPE (kind "bpe", its merges, by `bpe`'s encode and decode), or
+    one id per character (kind "char", the sorted characters of the training text: id i is chars[i])."""
+
+    kind: str
+    merges: list = None
+    chars: str = None
+    bpe: tuple = (course_gpt.encode, course_gpt.decode)
+
+    @property
+    def V(self):
+        return course_gpt.N_BYTES + len(self.merges) if self.kind == "bpe" else len(self.chars)
+
+    def encode(self, text):
+        """list of ids; a character the character-level vocabulary lacks raises ValueError."""
+        if self.kind == "bpe":
+            return self.bpe[0](text, self.merges)
+        index = {c: i for i, c in enumerate(self.chars)}
+        unknown = sorted(set(text) - set(index))
+        if unknown:
+            raise ValueError(f"characters outside the vocabulary: {''.join(unknown)!r}; the vocabulary is {self.chars!r}")
+        return [index[c] for c in text]
+
+    def decode(self, ids):
+        return self.bpe[1](ids, self.merges) if self.kind == "bpe" else "".join(self.chars[i] for i in ids)
+
+    def saved(self):
+        """What a checkpoint keeps: Tokenizer(**saved(), bpe=...) makes it again."""
+        return {"kind": self.kind, "merges": self.merges, "chars": self.chars}
+
+
+def tokenize(train_text, held_out_text, vocab_size=512, kind="bpe", folder=None, bpe=None):
+    """Train a tokenizer on train_text alone, and encode both parts.
+
+    kind "bpe": vocab_size - 256 merges, cached (cached_merges); kind "char": vocab_size is not used.
+    bpe: (encode, decode) of notebook 09 (default: the course's).
+    returns tokenizer, train_ids (n_train,), held_out_ids (n_held_out,): LongTensors
+    """
+    functions = {"bpe": bpe} if bpe else {}
+    if kind == "bpe":
+        tokenizer = Tokenizer("bpe", merges=cached_merges(train_text, vocab_size, folder), **functions)
+    elif kind == "char":
+        tokenizer = Tokenizer("char", chars="".join(sorted(set(train_text))))
+    else:
+        raise ValueError(f"kind must be 'bpe' or 'char', not {kind!r}")
+    train_ids = torch.tensor(tokenizer.encode(train_text), dtype=torch.long)
+    held_out_ids = torch.tensor(tokenizer.encode(held_out_text), dtype=torch.long)
+    return tokenizer, train_ids, held_out_ids
+
+
+def load_data(cfg, parts=None):
+    """Tiny Shakespeare split 90 % / 10 % and tokenized by cfg's tokenizer:
+    a dict of tokenizer, train (n,), held_out (m,) LongTensors, and held_out_chars."""
+    train_text, held_out_text = split(shakespeare())
+    bpe = (parts.encode, parts.decode) if parts else None
+    tokenizer, train, held_out = tokenize(train_text, held_out_text, cfg.vocab_size, cfg.tokenizer, bpe=bpe)
+    return {"tokenizer": tokenizer, "train": train, "held_out": held_out, "held_out_chars": len(held_out_text)}
+
+
+# ---------------------------------------------------------------- held-out loss
+
+
+@torch.no_grad()
+def held_out_loss(model, data, block_size, batch_size=64):
+    """The model's mean cross-entropy over the whole token stream `data`, and how many tokens it predicted.
+
+    data: (n,) LongTensor; it is cut into non-overlapping windows of block_size inputs (the last
+    one shorter), so every token but the first is predicted once, from the tokens before it in
+    its window. Leaves the model in the mode it found.
+    returns: (float nats per token, n - 1)
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    n = (len(data) - 1) // block_size  # full windows
+    x, y = data[: n * block_size].view(n, block_size), data[1 : n * block_size + 1].view(n, block_size)
+    batches = [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, n, batch_size)]
+    if len(data) - 1 > n * block_size:  # the rest
+        batches.append((data[n * block_size : -1][None], data[n * block_size + 1 :][None]))
+    total = 0.0
+    for xb, yb in batches:
+        logits, _ = model(xb.to(device))
+        total += F.cross_entropy(logits.flatten(0, 1).float(), yb.to(device).flatten(), reduction="sum").item()
+    model.train(was_training)
+    return total / (len(data) - 1), len(data) - 1
+
+
+# ---------------------------------------------------------------- training
+
+
+def build_model(cfg, V, parts, model_class=None):
+    """parts.GPT (or model_class, with its constructor) of cfg's size; parts.build applies to parts.GPT only."""
+    kind = model_class or parts.GPT
+    model = kind(V, d_model=cfg.d_model, h=cfg.h, d_ff=cfg.d_ff, N=cfg.N, block_size=cfg.block_size, dropout=cfg.dropout)
+    return parts.build(model) if model_class is None else model
+
+
+def build_optimizer(model, cfg):
+    """AdamW (betas 0.9, 0.99, as nanoGPT), weight decay on the matrices and embeddings only.
+
+    The fused AdamW updates every parameter in one kernel; where PyTorch lacks it,
+    the multi-tensor version is used instead.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    try:
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.99), fused=True)
+    except RuntimeError:
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.99), foreach=True)
+
+
+def learning_rate(step, progress, cfg):
+    """Linear warm-up over cfg.warmup steps, then a cosine from cfg.lr to cfg.min_lr as progress goes 0 -> 1."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def save_checkpoint(path, model, optimizer, step, cfg, history, tokenizer):
+    """Model, optimizer, step, config, history, and the tokenizer, which sampling needs."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "config": asdict(cfg),
+                "history": history, "tokenizer": tokenizer.saved()}, path)
+
+
+def fit(cfg, parts, checkpoint=None, resume=None, progress=True, log=print, compile=None, start=None, data=None,
+        model_class=None):
+    """Train parts.GPT on Tiny Shakespeare for cfg.max_steps, or until cfg.max_seconds after `start`.
+
+    The budget of seconds counts from `start` (default: when the first step begins; the command
+    passes its own start), held-out evaluations excluded: evaluating more often takes no training
+    from a run.
+    compile: torch.compile the model (default: no; on an H200 it saves 3 ms of a 15.5 ms step, and its
+    first step takes 17 s: it pays off only for runs of minutes). data: load_data(cfg, parts)'s dict, if loaded.
+    model_class: train this class (GPT's constructor and forward) instead. log: where process 0
+    reports each evaluation when progress bars are off.
+    history: lists of step, loss (mean training loss since the last evaluation, nats per token),
+    held_out (nats per character) and seconds (training time, evaluations excluded).
+    returns a dict: model, tokenizer, history, held_out (the last evaluation's nats per character),
+    steps, seconds (since start), trained_seconds (evaluations excluded), tokens_per_second, device, rank, world
+    """
+    rank, world = distributed()
+    dev = process_device(rank)
+    torch.manual_seed(cfg.seed)
+    data = data or load_data(cfg, parts)
+    model = build_model(cfg, data["tokenizer"].V, parts, model_class).to(dev)
+    optimizer = build_optimizer(model, cfg)
+    step, history = 0, {"step": [], "loss": [], "held_out": [], "seconds": []}
+    if resume:
+        step, history = load_checkpoint(resume, model, optimizer, map_location=dev)
+    trained = model
+    if compile:
+        trained = torch.compile(model)
+    if world > 1:
+        trained = nn.parallel.DistributedDataParallel(trained, device_ids=[dev.index] if dev.type == "cuda" else None)
+    autocast, scaler = precision(dev, cpu=True, enabled=cfg.bf16)  # a GPU's, and a CPU's with bfloat16 matrix units
+    if dev.type == "cuda":
+        torch.set_float32_matmul_precision("high")
+    train = data["train"].to(dev)
+    sampler = torch.Generator().manual_seed(cfg.seed * 1000 + rank + step)
+    per_rank = max(1, cfg.batch_size // world)
+    show = progress and rank == 0
+    bar = tqdm(total=100, unit="%", desc=f"gpt ({dev.type}, {world} process(es))", disable=not show)
+    first_step, losses = step, []
+    clock = _Clock(start, offset=history["seconds"][-1] if history["seconds"] else 0.0)
+
+    def evaluate_and_record():  # process 0 alone; its time is not training time
+        with clock.paused(), autocast():
+            score = parts.nats_per_char(*held_out_loss(model, data["held_out"], cfg.block_size), data["held_out_chars"])
+        _record(history, step, losses, float(score), clock.trained())
+        bar.set_postfix(step=step, held_out=f"{score:.3f}")
+        if not show:
+            log(f"step {step}: loss {history['loss'][-1]:.3f} nats per token, held-out {score:.3f} nats per character, "
+                f"{history['seconds'][-1]:.0f} s of training")
+
+    while (done := _progress(cfg, step, clock.budget(), dev)) < 1.0:
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, done, cfg)
+        x, y = parts.get_batch(train, cfg.block_size, per_rank, generator=sampler)
+        with autocast():
+            _, loss = trained(x, y)
+        optimizer_step(loss, model, optimizer, scaler, cfg.clip)
+        step += 1
+        losses.append(loss.detach())
+        bar.update(int(100 * done) - bar.n)
+        if rank == 0 and cfg.eval_every and step % cfg.eval_every == 0:
+            evaluate_and_record()
+            losses = []
+        elif step % 50 == 0:
+            bar.set_postfix(step=step, loss=f"{loss.item():.3f}")
+    bar.update(100 - bar.n)
+    bar.close()
+    if rank == 0:
+        if not history["step"] or history["step"][-1] != step:
+            evaluate_and_record()
+        if checkpoint:
+            save_checkpoint(checkpoint, model, optimizer, step, cfg, history, data["tokenizer"])
+    if world > 1:
+        dist.barrier()
+    tokens = (step - first_step) * per_rank * world * cfg.block_size
+    return {"model": model, "tokenizer": data["tokenizer"], "history": history,
+            "held_out": history["held_out"][-1] if history["held_out"] else float("nan"), "steps": step,
+            "seconds": time.perf_counter() - clock.start, "trained_seconds": clock.trained(),
+            "tokens_per_second": tokens / max(clock.trained() - clock.offset, 1e-9),
+            "device": dev, "rank": rank, "world": world}
+
+
+class _Clock:
+    """Seconds since start (default: now), less the time spent inside paused() (the held-out evaluations)."""
+
+    def __init__(self, start=None, offset=0.0):
+        self.began, self.offset, self.excluded = time.perf_counter(), offset, 0.0
+        self.start = self.began if start is None else start
+
+    def budget(self):
+        """Seconds since start, evaluations excluded: what max_seconds bounds."""
+        return time.perf_counter() - self.start - self.excluded
+
+    def trained(self):
+        """Seconds of training since fit began, evaluations excluded, plus the resumed run's."""
+        return self.offset + time.perf_counter() - self.began - self.excluded
+
+    @contextlib.contextmanager
+    def paused(self):
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.excluded += time.perf_counter() - began
+
+
+def _progress(cfg, step, elapsed, dev):
+    """How far training is, 0 -> 1: step against max_steps, or elapsed against max_seconds, the larger.
+    Under torchrun process 0's count holds for all, so that every process stops at the same step."""
+    done = step / cfg.max_steps
+    if cfg.max_seconds:
+        done = max(done, elapsed / cfg.max_seconds)
+    if dist.is_initialized():
+        shared = torch.tensor([done], device=dev if dev.type == "cuda" else "cpu")
+        dist.broadcast(shared, 0)
+        done = float(shared[0])
+    return done
+
+
+def _record(history, step, losses, score, seconds):
+    history["step"].append(step)
+    history["loss"].append(mean_loss(losses))
+    history["held_out"].append(score)
+    history["seconds"].append(seconds)
+
+
+# ---------------------------------------------------------------- sampling
+
+
+def read_checkpoint(path, prog, map_location="cpu"):
+    """The dict that save_checkpoint wrote; ValueError for a file it did not write."""
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as e:  # a file of anything: torch.load raises many kinds
+        raise ValueError(f"{path} cannot be read as a checkpoint ({type(e).__name__}): train one with {prog} train") from None
+    if not isinstance(state, dict) or "tokenizer" not in state or set(state["config"]) != {f.name for f in fields(Config)}:
+        raise ValueError(f"{path} is not a checkpoint of {prog} train")
+    return state
+
+
+def load_for_sampling(path, dev, parts):
+    """(model in eval mode, tokenizer) from a checkpoint that fit saved."""
+    state = read_checkpoint(path, parts.prog, dev)
+    cfg, tokenizer = Config(**state["config"]), Tokenizer(**state["tokenizer"], bpe=(parts.encode, parts.decode))
+    model = build_model(cfg, tokenizer.V, parts).to(dev)
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        raise ValueError(f"{path} holds weights of another model than this GPT: {str(e).splitlines()[0]}") from None
+    return model.eval(), tokenizer
+
+
+# ---------------------------------------------------------------- the command
+
+
+def arguments(argv, prog, checkpoint=os.path.join("checkpoints", "gpt.pt")):
+    """(the subcommand's parser, the parsed arguments) of `prog train | sample`."""
+    parser = argparse.ArgumentParser(prog=prog, description="Train a GPT on Tiny Shakespeare, or sample from one.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="train on Tiny Shakespeare; prints the held-out nats per character last")
+    for f in fields(Config):
+        choices = ["bpe", "char"] if f.name == "tokenizer" else None
+        kind = {"action": argparse.BooleanOptionalAction} if f.type is bool else {"type": type(f.default), "choices": choices}
+        train.add_argument("--" + f.name.replace("_", "-"), default=None, **kind,
+                           help=f"default: the device's recipe (CPU {getattr(CPU, f.name)}, GPU {getattr(GPU, f.name)})")
+    train.add_argument("--checkpoint", default=checkpoint, help="where to save")
+    train.add_argument("--resume", default=None, help="a checkpoint to continue from, with its config; only "
+                       "--max-steps (counted from step 0), --max-seconds and --eval-every may change")
+    train.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                       help="torch.compile the model (default: no; it pays off on runs of minutes, not of 45 s)")
+    train.add_argument("--no-progress", action="store_true")
+    sample = commands.add_parser("sample", help="continue a prompt with a trained model")
+    sample.add_argument("--prompt", default="\n")
+    sample.add_argument("--checkpoint", default=checkpoint)
+    sample.add_argument("--tokens", type=int, default=200, help="how many tokens to add")
+    sample.add_argument("--temperature", type=float, default=1.0)
+    sample.add_argument("--top-k", type=int, default=None)
+    sample.add_argument("--top-p", type=float, default=None)
+    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--no-cache", action="store_true", help="recompute the whole window at every step")
+    args = parser.parse_args(argv)
+    command = {"train": train, "sample": sample}[args.command]
+    path = args.resume if args.command == "train" else args.checkpoint
+    if path and not os.path.isfile(path):
+        command.error(f"no checkpoint at {path}" + (f": train one first ({prog} train)" if args.command == "sample" else ""))
+    return command, args
+
+
+def train_command(parser, args, parts, start):
+    given = {f.name: getattr(args, f.name) for f in fields(Config) if getattr(args, f.name) is not None}
+    cfg = replace(recipe(process_device(distributed()[0])), **given)
+    if args.resume:
+        try:
+            saved = read_checkpoint(args.resume, parts.prog)["config"]
+        except ValueError as error:
+            parser.error(str(error))
+        cfg = Config(**(saved | {k: v for k, v in given.items() if k in ("max_steps", "max_seconds", "eval_every")}))
+    try:
+        check_config(cfg)
+    except ValueError as error:
+        parser.error(str(error))
+    result = fit(cfg, parts, checkpoint=args.checkpoint, resume=args.resume, progress=not args.no_progress,
+                 compile=args.compile, start=start)
+    if result["rank"] == 0:
+        print(f"device {result['device']}, {result['world']} process(es): {result['steps']} steps, "
+              f"{result['tokens_per_second']:.0f} tokens/s; tokenizer {cfg.tokenizer}, V = {result['tokenizer'].V}; "
+              f"checkpoint {args.checkpoint}")
+        print(f"held-out {result['held_out']:.2f} nats per character after {result['trained_seconds']:.0f} s of training, "
+              f"{time.perf_counter() - start:.0f} s from the command's start")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def sample_command(parser, args, parts):
+    dev = process_device(0)
+    try:
+        model, tokenizer = load_for_sampling(args.checkpoint, dev, parts)
+        prompt = tokenizer.encode(args.prompt)
+        course_gpt.check_sampling(args.temperature, args.top_k, args.top_p)
+    except ValueError as error:
+        parser.error(str(error))
+    if not prompt:
+        parser.error("the prompt is empty: give at least one character")
+    if args.tokens < 0:
+        parser.error(f"--tokens must be >= 0, not {args.tokens}")
+    generator = torch.Generator(dev).manual_seed(args.seed)
+    ids = parts.generate(model, torch.tensor([prompt], device=dev), args.tokens, use_cache=not args.no_cache,
+                         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=generator)
+    print(tokenizer.decode(ids[0].tolist()))
+
+
+def main(parts, argv=None, start=None, prog=None):
+    """`prog train | sample` (prog: parts.prog); start: the command's start (perf_counter), from which its budget
+    counts. parts: a Parts, or a function (subcommand, parser) -> Parts, called once the arguments are read."""
+    start = time.perf_counter() if start is None else start
+    parser, args = arguments(argv, prog or parts.prog)
+    if not isinstance(parts, Parts):
+        parts = parts(args.command, parser)
+    if args.command == "train":
+        train_command(parser, args, parts, start)
+    else:
+        sample_command(parser, args, parts)

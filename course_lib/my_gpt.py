@@ -1,0 +1,68 @@
+"""Your own GPT of notebook 10, trained and sampled from the command line.
+
+    python -m course_lib.my_gpt train                     # the recipe for the device found: CPU 72 s, GPU 45 s
+    python -m course_lib.my_gpt train --d-model 96 --N 3  # another size
+    python -m course_lib.my_gpt sample --prompt "ROMEO:" --temperature 0.8 --top-k 40
+
+Run it in your course folder (the one that holds 10_a_gpt_of_your_own/) or in the notebook's own
+folder. It reads your saved notebook 10 and, as `yours` does in the notebooks, uses your exercises
+once their checks have passed (save the notebook after running them): to train, your GPT (with
+your Block, and the blocks of notebooks 05-07 where theirs passed), get_batch and nats_per_char;
+to sample, your GPT and generate (with sample_next and KVCache). It tokenizes with your notebook 09
+encode and decode where their checks passed, with the course's otherwise. The training loop, the
+recipe and the checkpoint are those of the course's reference command (course_lib.gpt_training).
+"""
+import time
+
+START = time.perf_counter()  # the command's start, from which its budget counts
+
+import os  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from course_lib import gpt as course_gpt  # noqa: E402
+from course_lib.gpt_training import Parts, main  # noqa: E402
+from course_lib.yours import NotYours, load  # noqa: E402
+
+NOTEBOOK = "10_a_gpt_of_your_own"
+PROG = "python -m course_lib.my_gpt"
+NEEDED = {"train": ("GPT", "get_batch", "nats_per_char"), "sample": ("GPT", "generate")}
+
+
+def notebook_folder(here=None):
+    """The folder of your saved notebook 10: here (default: the current folder) or here/10_a_gpt_of_your_own."""
+    here = Path(here or os.getcwd())
+    for folder in (here, here / NOTEBOOK):
+        if (folder / f"{NOTEBOOK}.ipynb").is_file():
+            return folder
+    raise NotYours(f"no {NOTEBOOK}.ipynb in {here} or in {here / NOTEBOOK}: run this command in your course folder")
+
+
+def your_parts(command, parser, here=None):
+    """Parts made of your exercises for `command` (train or sample); the parser's error, naming what is left, if
+    your notebook cannot give them."""
+    try:
+        folder = notebook_folder(here)
+        yours = load(NEEDED[command], folder)
+    except NotYours as e:
+        parser.error(f"your notebook 10 cannot {command} yet: {e}. Finish those exercises, run their checks, "
+                     f"save the notebook, and run this again")
+    try:
+        tokenizer = load(("encode", "decode"), folder)
+        said = "your encode and decode (09)"
+    except NotYours as e:
+        tokenizer = {"encode": course_gpt.encode, "decode": course_gpt.decode}
+        said = f"the course's encode and decode ({e})"
+    print(f"{command}: your {', '.join(NEEDED[command])} (10); tokenizer: {said}", flush=True)
+    missing = _not_needed(command)
+    return Parts(GPT=yours["GPT"], get_batch=yours.get("get_batch", missing), nats_per_char=yours.get("nats_per_char", missing),
+                 generate=yours.get("generate", missing), encode=tokenizer["encode"], decode=tokenizer["decode"], prog=PROG)
+
+
+def _not_needed(command):
+    def missing(*args, **kwargs):
+        raise RuntimeError(f"{PROG} {command} does not use this exercise")
+    return missing
+
+
+if __name__ == "__main__":
+    main(your_parts, start=START, prog=PROG)
