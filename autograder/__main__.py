@@ -1,6 +1,8 @@
 """python -m autograder {check, progress, release, grade, demo}"""
 import argparse
+import faulthandler
 import importlib.util
+import signal
 import sys
 
 from autograder.course import CourseError
@@ -97,6 +99,8 @@ def run(args):
         if args.jobs < 1:
             raise CourseError("--jobs must be at least 1")
         grader = Grader(args.course, sandboxed=not args.no_sandbox)
+        if hasattr(signal, "SIGUSR1"):  # `kill -USR1` prints where every thread of grade is, to diagnose a stuck run
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
         try:
             graded, skipped, failed = grader.run(jobs=args.jobs, force=args.force, progress=not args.no_progress)
         except KeyboardInterrupt:

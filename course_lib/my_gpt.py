@@ -42,6 +42,9 @@ def your_parts(command, parser, here=None):
     your notebook cannot give them."""
     try:
         folder = notebook_folder(here)
+    except NotYours as e:
+        parser.error(str(e))
+    try:
         yours = load(NEEDED[command], folder)
     except NotYours as e:
         parser.error(f"your notebook 10 cannot {command} yet: {e}. Finish those exercises, run their checks, "

@@ -78,7 +78,14 @@ def test_stopping_grade_stops_every_process_it_started(tmp_path, how):
         time.sleep(2)
         started = descendants(proc.pid)
         os.kill(proc.pid, how)  # grade alone, as a terminal's Ctrl-C reaches it: its workers have sessions of their own
-        out, _ = proc.communicate(timeout=120)
+        try:
+            out, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # say where grade is stuck: SIGUSR1 makes it print every thread's stack
+            os.kill(proc.pid, signal.SIGUSR1)
+            time.sleep(2)
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"grade did not stop within 120 s of {how.name}; its threads then:\n{proc.communicate()[0][-6000:]}\n"
+                        f"its processes: {alive(started)}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
