@@ -211,14 +211,17 @@ class Grader:
     # ---------------------------------------------------------------- the run
     def run(self, jobs=1, force=False, progress=True):
         """Grade what changed; return (graded, skipped, failed) lists of (student, assignment).
-        SIGTERM stops it as Ctrl-C does: every worker and sandbox stopped, what was graded kept."""
+        SIGTERM stops it as Ctrl-C does: every worker and sandbox stopped, what was graded kept. Both are
+        handled here, SIGINT too: a process started with SIGINT ignored (`cmd &` in a script) keeps it ignored,
+        and Python then never raises KeyboardInterrupt."""
         if threading.current_thread() is not threading.main_thread():
             return self._run(jobs, force, progress)
-        old = signal.signal(signal.SIGTERM, _interrupt)
+        old = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             return self._run(jobs, force, progress)
         finally:
-            signal.signal(signal.SIGTERM, old)
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
 
     def _run(self, jobs, force, progress):
         if self.sandboxed:
