@@ -4,7 +4,7 @@ The instructor's and the benchmarks' command; a learner runs the same loop on th
 with `python -m course_lib.my_gpt`. The loop, the recipes and the checkpoints: course_lib.gpt_training.
 """
 from course_lib import gpt_training
-from course_lib.gpt_training import CPU, GPU, Config, Tokenizer, check_config, learning_rate, recipe  # noqa: F401
+from course_lib.gpt_training import Config, learning_rate, recipe  # noqa: F401  (tests and benchmarks import them from here)
 from solutions_lib import START
 from solutions_lib.fast import fuse
 from solutions_lib.gpt import GPT, generate
