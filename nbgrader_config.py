@@ -38,6 +38,9 @@ c.Limits.notebook_seconds = limit("notebook_seconds", 300)
 c.Limits.check_seconds = limit("check_seconds", 60)
 # Each process in the sandbox; its only writable storage is scratch_mb of memory.
 c.Limits.memory_mb = limit("memory_mb", 8192)
+# The whole sandbox, its processes and its in-memory storage together (a memory cgroup; as root). With
+# `grade --jobs J`, J sandboxes at once: J times this at most.
+c.Limits.sandbox_memory_mb = limit("sandbox_memory_mb", 2048)
 c.Limits.cpu_seconds = limit("cpu_seconds", 900)
 c.Limits.processes = limit("processes", 256)
 c.Limits.scratch_mb = limit("scratch_mb", 512)
@@ -70,7 +73,7 @@ from nbgrader.preprocessors import (  # noqa: E402
     SaveAutoGrades,
 )
 
-from autograder.grading import csp, intake, sandbox  # noqa: E402
+from autograder.grading import csp, ids, intake, sandbox  # noqa: E402
 from autograder.grading.inert import Inert  # noqa: E402
 from autograder.grading.nbgrader_ext import DeduplicateCells, GradeChecks, SandboxedExecute  # noqa: E402
 
@@ -78,7 +81,9 @@ from autograder.grading.nbgrader_ext import DeduplicateCells, GradeChecks, Sandb
 # anything copies it: by `nbgrader collect` out of the exchange, and by `nbgrader autograde`, which
 # then grades it as a notebook that says why (0 points).
 intake.guard()
-c.ExchangeFactory.collect = "autograder.grading.intake.Collect"
+ids.guard()  # a folder under submitted/ whose name is no student id is graded under no name
+c.ExchangeFactory.collect = "autograder.grading.exchange.Collect"  # ids from owners, times from the file system
+c.ExchangeFactory.release_assignment = "autograder.grading.exchange.ReleaseAssignment"  # a sticky, unlistable inbound
 
 if sys.argv[1:2] == ["autograde"] and sandbox.enabled() and sandbox.problem():
     sys.exit(f"[nbgrader_config.py] cannot autograde: {sandbox.problem()}")
@@ -105,6 +110,9 @@ c.Autograde.autograde_preprocessors = [
 # submission pages and generate_feedback's pages, makes whatever it renders inert again, so a
 # notebook autograded before or elsewhere is too (autograder.grading.inert). Both pages also forbid
 # scripts their templates did not write (autograder.grading.csp; the formgrader's through the server
-# extension jupyter-config/instructor enables).
+# extension jupyter-config/instructor enables). What nbgrader itself prints there (a student id, a
+# path, a comment: a check's reason holds the learner's exception message) is text: on a feedback
+# page, guard_feedback adds pages.FeedbackText after nbgrader's GetGrades, and writes each page with
+# its comments as text, the course's policy and no other <meta http-equiv> (autograder.grading.pages).
 c.HTMLExporter.preprocessors = [Inert]
 csp.guard_feedback()

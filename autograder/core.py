@@ -132,6 +132,7 @@ class Report:
     results: list
     timed_out: bool = False
     through: tuple = ()  # earlier exercises whose known mistakes the comparison took in (autograder.grading.verdict)
+    planned: tuple = None  # every case the check meant to run; None: the results are all of them
 
     @property
     def fraction(self):
@@ -145,8 +146,11 @@ class Report:
         return round(self.exercise.points * self.fraction, 4)
 
     def part_ok(self, part):
+        """A part earns its points only when every one of its planned cases ran and matched: a check stops
+        at the first stub or timeout, and the cases it never reached cannot vouch for the part."""
         rs = [r for r in self.results if r.case.part == part]
-        return bool(rs) and all(r.ok for r in rs)
+        planned = len(rs) if self.planned is None else sum(c.part == part for c in self.planned)
+        return bool(rs) and len(rs) == planned and all(r.ok for r in rs)
 
     @property
     def not_implemented(self):
@@ -739,7 +743,7 @@ def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outc
         result, outcome = check_case(exercise, impl, case, timeout, got=None if outcomes is None else outcomes[i])
         results.append(result)
         if result.not_implemented or result.timed_out:
-            return Report(exercise, results)
+            return Report(exercise, results, planned=tuple(cases))
         if not result.ok:
             failed.append((case, outcome))
     if failed:
@@ -747,4 +751,4 @@ def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outc
         if mistake is not None:
             for r in results:
                 r.diagnosis = "" if r.ok else mistake.says
-    return Report(exercise, results)
+    return Report(exercise, results, planned=tuple(cases))

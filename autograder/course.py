@@ -46,9 +46,9 @@ def sqlite_url(path):
 
 
 def digest(paths):
-    """A hash of some files' names and contents."""
+    """A hash of some files' names (as bytes: a name need not be UTF-8) and contents."""
     h = hashlib.sha256()
     for p in sorted(paths):
-        h.update(str(p.name).encode())
+        h.update(os.fsencode(p.name))
         h.update(p.read_bytes())
     return h.hexdigest()

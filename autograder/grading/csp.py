@@ -1,77 +1,177 @@
-"""A Content-Security-Policy on every page that shows a submission: defence in depth behind autograder.grading.inert.
+"""A Content-Security-Policy on every page that shows a submission: defence in depth behind
+autograder.grading.inert (what a student's code displayed) and autograder.grading.pages (what nbgrader
+prints from the gradebook: ids, names, paths, comments).
 
 Feedback pages (nbgrader's GenerateFeedback, guarded from nbgrader_config.py by `guard_feedback`)
-carry it in a <meta> tag; the formgrader's submission pages get it as a header from the server
-extension this module also is (jupyter-config/instructor names it). Neither page may run an inline
-script or an event handler that its own template did not write: the template's few are allowed
-by their hashes, taken from the page outside the notebook, where the student's cells are.
+carry it in a <meta> tag, the only http-equiv they keep; every response of the formgrader gets it as
+a header from the server extension this module also is (jupyter-config/instructor names it).
+
+Neither page runs a script its templates did not write. The trust comes from nbgrader's template
+files, never from the page being served (a student's id, comment or cell could have written any part
+of it): on the formgrader, each <script> tag written in nbgrader's template files carries a nonce
+made for that one response (autograder.grading.pages puts it there), and its few inline event
+handlers are allowed by the hashes of their text as those files spell it.
 
 What nbgrader's own pages need, and so get:
-- the formgrader: its scripts from the server ('self'), its inline scripts and its two onclick
-  handlers (by hash; 'unsafe-hashes' for the handlers), 'unsafe-eval' (underscore's templates and
-  MathJax 2 compile code), requests to the server (saving grades and comments), MathJax from cdnjs,
-  and pictures from https: pages (the lessons' badges);
+- the formgrader: its scripts (by the nonce: from the server, inline ones too), its template's onclick
+  handlers (by hash, with 'unsafe-hashes'), 'unsafe-eval' (underscore's templates and MathJax 2
+  compile code), requests to the server (saving grades and comments), MathJax from cdnjs, and
+  pictures from https: pages (the lessons' badges);
 - a feedback page: MathJax from cdnjs with 'unsafe-eval' (it evaluates its own configuration),
-  its inline styles, its stylesheet's fonts, and pictures (data: and https:); nothing else, not even a request.
+  its inline styles, its stylesheet's fonts, and embedded pictures (data: only, so that opening the
+  page tells no server who read it); nothing else, not even a request.
 """
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
+import html as html_lib
 import re
+import secrets
+from html.parser import HTMLParser
+from pathlib import Path
 
 MATHJAX = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/"
 CDN = "https://cdnjs.cloudflare.com"
-SCRIPT = re.compile(r"<script\b([^>]*)>(.*?)</script>", re.S | re.I)
 HANDLER = re.compile(r"""\son[a-z]+\s*=\s*(?:"([^"]*)"|'([^']*)')""", re.I)
-NOTEBOOK = re.compile(r'<div[^>]*\bid="notebook-container"', re.I)
 
 
 def _hash(text):
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
-def _own(html):
-    """The page outside the notebook: what nbgrader's template wrote (the notebook's cells come after)."""
-    found = NOTEBOOK.search(html)
-    return html if found is None else html[:found.start()]
+@functools.lru_cache(maxsize=1)
+def nbgrader_templates():
+    """The folder of nbgrader's formgrader and feedback templates: the only files whose scripts the policy trusts."""
+    from nbgrader.server_extensions.formgrader import handlers
+
+    return Path(handlers.template_path).resolve()
 
 
-def formgrader_policy(html):
-    own = _own(html)
-    scripts = {_hash(body) for attrs, body in SCRIPT.findall(own) if "src=" not in attrs.lower() and body.strip()}
-    handlers = {_hash(a or b) for a, b in HANDLER.findall(own)}
-    script_src = " ".join(["'self'", "'unsafe-eval'", *sorted(scripts), *(["'unsafe-hashes'", *sorted(handlers)] if handlers else []), MATHJAX])
+@functools.lru_cache(maxsize=1)
+def template_handler_hashes():
+    """The hashes of the inline event handlers written in nbgrader's template files (onClick="createStudentModal();"
+    and a few more), as the browser reads them; a handler whose text the template fills in is not among them."""
+    found = set()
+    for path in sorted(nbgrader_templates().rglob("*")):
+        if path.suffix in (".tpl", ".j2") and path.is_file():
+            for a, b in HANDLER.findall(path.read_text()):
+                if "{{" not in a + b and "{%" not in a + b:
+                    found.add(_hash(html_lib.unescape(a or b)))
+    return tuple(sorted(found))
+
+
+def nonce(request):
+    """The nonce of one response (made on first use, kept on its request): the header and the template's script tags share it."""
+    value = getattr(request, "_autograder_csp_nonce", None)
+    if value is None:
+        value = request._autograder_csp_nonce = secrets.token_urlsafe(18)
+    return value
+
+
+def formgrader_policy(nonce_value):
+    """The formgrader's policy for a response whose template's script tags carry `nonce_value`."""
+    handlers = template_handler_hashes()
+    script_src = " ".join([f"'nonce-{nonce_value}'", "'unsafe-eval'", *(["'unsafe-hashes'", *handlers] if handlers else []), MATHJAX])
     return (f"default-src 'self'; script-src {script_src}; style-src 'self' 'unsafe-inline' {CDN}; img-src 'self' data: https:; "
-            f"font-src 'self' data: {CDN}; connect-src 'self'; frame-src 'none'; object-src 'none'; base-uri 'self'; form-action 'self'")
+            f"font-src 'self' data: {CDN}; connect-src 'self'; frame-src 'none'; object-src 'none'; base-uri 'self'; "
+            f"form-action 'self'; frame-ancestors 'self'")
 
 
-FEEDBACK_POLICY = (f"default-src 'none'; script-src {MATHJAX} 'unsafe-eval'; style-src 'unsafe-inline' {CDN}; img-src data: https:; "
+FEEDBACK_POLICY = (f"default-src 'none'; script-src {MATHJAX} 'unsafe-eval'; style-src 'unsafe-inline' {CDN}; img-src data:; "
                    f"font-src 'self' data: {CDN}; base-uri 'none'; form-action 'none'")
 
 
+class _Tags(HTMLParser):
+    """The start tags of a page that `wanted(tag, attrs)` picks, found as a browser's tokenizer finds them (quoted
+    values or not, any case, a '>' inside a quoted value), each with where it is and its text."""
+
+    def __init__(self, wanted):
+        super().__init__(convert_charrefs=False)
+        self.wanted, self.found = wanted, []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = {name: value or "" for name, value in attrs}
+        if self.wanted(tag, attrs):
+            self.found.append((self.getpos(), self.get_starttag_text(), attrs))
+
+
+def replace_tags(html, wanted, replacement):
+    """The page with each start tag that `wanted(tag, attrs)` picks replaced by `replacement(attrs)`."""
+    parser = _Tags(wanted)
+    parser.feed(html)
+    parser.close()
+    starts = [0, *(m.end() for m in re.finditer(r"\n", html))]
+    for (line, column), text, attrs in reversed(parser.found):
+        at = starts[line - 1] + column
+        html = html[:at] + replacement(attrs) + html[at + len(text):]
+    return html
+
+
+def without_http_equiv(html):
+    """The page without any <meta http-equiv>: a refresh (which no policy governs) would take its reader elsewhere."""
+    return replace_tags(html, lambda tag, attrs: tag == "meta" and "http-equiv" in attrs, lambda attrs: "")
+
+
+def embedded_pictures_only(html):
+    """The page with each picture it would fetch from elsewhere (the lessons' Colab badge) shown as its alt text: the
+    feedback policy would block it, with a broken picture and a complaint in the console."""
+    return replace_tags(html, lambda tag, attrs: tag == "img" and not attrs.get("src", "").strip().lower().startswith("data:"),
+                        lambda attrs: html_lib.escape(attrs.get("alt", "")))
+
+
 def with_policy(html, policy=FEEDBACK_POLICY):
-    """A page with the policy as the first thing in its head, before anything it could govern."""
+    """A page with the policy as the first thing in its head, before anything it could govern, and as its only
+    http-equiv: a refresh, a cookie or a second policy is removed wherever it is."""
+    html = without_http_equiv(html)
     meta = f'<meta http-equiv="Content-Security-Policy" content="{policy}">'
     head = re.search(r"<head[^>]*>", html, re.I)
     return html[:head.end()] + "\n" + meta + html[head.end():] if head else meta + html
 
 
 def guard_feedback():
-    """Have nbgrader's GenerateFeedback write every page with the feedback policy."""
+    """Have nbgrader's GenerateFeedback show every string nbgrader puts on a page as text (pages.FeedbackText, after
+    GetGrades has added the gradebook's comments) and write every page with the feedback policy."""
     from nbgrader.converters.generate_feedback import GenerateFeedback
+
+    from autograder.grading import pages
 
     if getattr(GenerateFeedback, "_csp_guarded", False):
         return
-    write = GenerateFeedback.write_single_notebook
+    init, write = GenerateFeedback.__init__, GenerateFeedback.write_single_notebook
 
-    def guarded(self, output, resources):
-        return write(self, with_policy(output), resources)
+    def guarded_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if pages.FeedbackText not in self.preprocessors:  # last, whatever the configuration lists
+            self.preprocessors = [*self.preprocessors, pages.FeedbackText]
 
-    GenerateFeedback.write_single_notebook, GenerateFeedback._csp_guarded = guarded, True
+    def guarded_write(self, output, resources):
+        return write(self, with_policy(embedded_pictures_only(pages.with_comments(output, resources))), resources)
+
+    GenerateFeedback.__init__, GenerateFeedback.write_single_notebook = guarded_init, guarded_write
+    GenerateFeedback._csp_guarded = True
 
 
 # ---------------------------------------------------------------- the formgrader, a Jupyter server extension
+
+
+class FormgraderPolicy:
+    """Tornado's output transform for every response under the formgrader's URL (its pages, its API, its
+    static files, its error pages): the formgrader policy as the Content-Security-Policy header,
+    in place of Jupyter's own, with the nonce the response's template rendered with."""
+
+    def __init__(self, request, prefix):
+        self.request, self.prefix = request, prefix
+
+    def transform_first_chunk(self, status_code, headers, chunk, finishing):
+        path = self.request.path
+        if path == self.prefix or path.startswith(self.prefix + "/"):
+            headers["Content-Security-Policy"] = formgrader_policy(nonce(self.request))
+        return status_code, headers, chunk
+
+    def transform_chunk(self, chunk, finishing):
+        return chunk
 
 
 def _jupyter_server_extension_points():
@@ -79,19 +179,14 @@ def _jupyter_server_extension_points():
 
 
 def _load_jupyter_server_extension(serverapp):
-    """Every page the formgrader renders from a notebook gets its policy as a header."""
-    from nbgrader.server_extensions.formgrader.handlers import SubmissionHandler
-    from tornado.web import RequestHandler
+    """Every formgrader response gets its policy; its pages escape what they print and mark their own scripts."""
+    from jupyter_server.utils import url_path_join
 
-    if getattr(SubmissionHandler, "_csp_guarded", False):
-        return
+    from autograder.grading import pages
 
-    def write(self, chunk):
-        if isinstance(chunk, (str, bytes)):
-            text = chunk.decode(errors="replace") if isinstance(chunk, bytes) else chunk
-            if "<html" in text[:2000].lower():
-                self.set_header("Content-Security-Policy", formgrader_policy(text))
-        return RequestHandler.write(self, chunk)
-
-    SubmissionHandler.write, SubmissionHandler._csp_guarded = write, True
-    serverapp.log.info("autograder: a Content-Security-Policy on the formgrader's submission pages")
+    webapp = serverapp.web_app
+    if not any(getattr(t, "func", None) is FormgraderPolicy for t in webapp.transforms):
+        prefix = url_path_join(webapp.settings.get("base_url", "/"), "formgrader")
+        webapp.add_transform(functools.partial(FormgraderPolicy, prefix=prefix))
+    pages.guard_formgrader()
+    serverapp.log.info("autograder: the formgrader escapes what it prints, and every response carries a Content-Security-Policy")

@@ -22,6 +22,7 @@ import html
 import json
 import os
 import queue
+import secrets
 import shutil
 import signal
 import subprocess
@@ -31,21 +32,30 @@ import threading
 import time
 from pathlib import Path
 
-import nbformat
-
-from autograder.grading import csp, gradebook, intake, limits, sandbox, views
+from autograder.grading import csp, gradebook, ids, intake, limits, nbgrader_jobs, sandbox, views
 from autograder.course import CourseError, assignments, digest, find_root, sqlite_url, tool_env
-from autograder.grading.nbgrader_jobs import RESULT_PREFIX
 from autograder.nbgrader_api import api_for, generate_assignments
 from course_lib import runtime
 
 STATE = ".autograder"
 
 
-def _read_results(index, proc, events):
-    for line in proc.stdout:
-        if line.startswith(RESULT_PREFIX):
-            events.put((index, proc, json.loads(line[len(RESULT_PREFIX):])))
+def _read_results(index, proc, stream, token, events):
+    """Put each result line of worker `index` on `events` as (index, proc, result), a line that is no result as
+    (index, proc, Malformed), and its end as (index, proc, None). A line is read at most MAX_LINE bytes at a time,
+    so whatever arrives on the pipe costs the grader no more memory than that."""
+    with stream:
+        while True:
+            line = stream.readline(nbgrader_jobs.MAX_LINE + 1)
+            if not line:
+                break
+            if not line.endswith(b"\n"):  # too long: skip to its end, reading no more than a line at a time
+                while (rest := stream.readline(nbgrader_jobs.MAX_LINE + 1)) and not rest.endswith(b"\n"):
+                    pass
+            try:
+                events.put((index, proc, nbgrader_jobs.parse(line, token)))
+            except nbgrader_jobs.Malformed as e:
+                events.put((index, proc, e))
     events.put((index, proc, None))
 
 
@@ -53,6 +63,7 @@ def _read_results(index, proc, events):
 class _Worker:
     proc: subprocess.Popen
     log: object
+    token: str  # what its result lines must carry (autograder.grading.nbgrader_jobs.parse)
     share: list  # the submissions it has still to report, in its order
     since: float  # when it started on the first of them
 
@@ -100,6 +111,7 @@ class Grader:
         self.sandboxed = sandboxed
         self.limits = limits.load(self.root)
         self.refused = {}  # (student, assignment): why autograder.grading.intake refused it
+        self.unnamed = {}  # (student, folder) as shown: why a folder under submitted/ has no name to grade under
 
     # ---------------------------------------------------------------- bookkeeping
     def fingerprint(self, name):
@@ -124,7 +136,8 @@ class Grader:
     def submissions(self):
         """({(student, assignment): key}, {(student, folder): reason}): every submission on disk, its key
         changing with the submitted files, the assignment's source and the course's code; and the
-        folders under submitted/ that are no assignment."""
+        folders under submitted/ that are no assignment. A folder whose name is no student id
+        (autograder.grading.ids) is graded under no name: it goes to `self.unnamed` with the reason."""
         found, strays, fingerprints = {}, {}, {}
         for student_dir in sorted((self.course / "submitted").iterdir()):
             if student_dir.name.startswith(".") or not student_dir.is_dir():
@@ -132,23 +145,37 @@ class Grader:
             if student_dir.is_symlink():  # nothing of it is read: its target may be anywhere
                 self.log(f"submitted/{intake.shown(student_dir.name)} is a link, not a folder: not graded")
                 continue
+            if not ids.valid(student_dir.name):
+                self._unnamed(student_dir.name, "*", ids.refusal(student_dir.name))
+                continue
             for a_dir in sorted(p for p in student_dir.iterdir() if p.is_dir() or p.is_symlink()):
-                name = a_dir.name
+                name, key = a_dir.name, (student_dir.name, a_dir.name)
+                if not ids.valid(name):
+                    self._unnamed(student_dir.name, name, f"the folder {intake.shown(name)} is no assignment, and its name not one to show")
+                    continue
                 if name not in self.known:
                     close = difflib.get_close_matches(name, self.known, n=1, cutoff=0.6)
                     hint = f"; did you mean {close[0]}?" if close else f"; the assignments are {', '.join(self.known)}"
-                    strays[(student_dir.name, name)] = f"submitted as {intake.shown(name)}, which is no assignment" + hint
+                    strays[key] = f"submitted as {intake.shown(name)}, which is no assignment" + hint
                     continue
                 if name not in fingerprints:
                     fingerprints[name] = self.fingerprint(name)
-                refused = intake.problem(a_dir, self.limits)
-                if refused:  # keyed by what its entries are, none of them opened
-                    self.refused[(student_dir.name, name)] = refused
-                    files = hashlib.sha256((refused + intake.listing(a_dir)).encode()).hexdigest()
-                else:
-                    files = digest(_files(a_dir))
-                found[(student_dir.name, name)] = files + ":" + fingerprints[name]
+                try:
+                    refused = intake.problem(a_dir, self.limits)
+                    files = _digest(refused, a_dir) if refused else digest(_files(a_dir))
+                except Exception as e:  # noqa: BLE001 (reading it failed: that submission alone, never the class)
+                    refused = f"the submission could not be read ({type(e).__name__})"
+                    files = _digest(refused, a_dir)
+                if refused:
+                    self.refused[key] = refused
+                found[key] = files + ":" + fingerprints[name]
         return found, strays
+
+    def _unnamed(self, student, folder, reason):
+        """A folder under submitted/ graded under no name: a row in grading_problems.csv, shown safely."""
+        row = (intake.shown(student), folder if folder == "*" else intake.shown(folder))
+        self.unnamed[row] = reason
+        self.log(f"submitted/{row[0]}/{row[1]}: {reason}")
 
     # ---------------------------------------------------------------- nbgrader
     def templates(self, names):
@@ -179,6 +206,9 @@ class Grader:
                     known[name] = self.fingerprint(name)
 
     def _start_worker(self, index, items, jobs):
+        """A worker for `items`: (process, its log, the read end of its results pipe, its token)."""
+        token = secrets.token_hex(16)
+        read, write = os.pipe()
         jobfile = self.state / f"job-{index}.json"
         jobfile.write_text(json.dumps({
             "root": str(self.root),
@@ -186,6 +216,8 @@ class Grader:
             "source": str(self.root / "solutions"),
             "items": items,
             "parent": os.getpid(),  # the worker dies with it (nbgrader_jobs)
+            "results_fd": write,
+            "token": token,
         }))
         log = open(self.state / f"worker-{index}.log", "a")
         env = tool_env()
@@ -194,11 +226,14 @@ class Grader:
         # J kernels at a time share the CPUs this process may use (its affinity and cgroup quota, not the
         # node's core count); more threads each only fight
         env.setdefault("OMP_NUM_THREADS", str(max(1, runtime.usable_cpus() // jobs)))
-        proc = subprocess.Popen(
-            self.worker_command(jobfile), cwd=self.course, env=env, stdout=subprocess.PIPE, stderr=log, text=True,
-            start_new_session=True,
-        )
-        return proc, log
+        try:
+            proc = subprocess.Popen(
+                self.worker_command(jobfile), cwd=self.course, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                pass_fds=(write,), start_new_session=True,
+            )
+        finally:
+            os.close(write)
+        return proc, log, os.fdopen(read, "rb"), token
 
     def worker_command(self, jobfile):
         return [sys.executable, "-m", "autograder.grading.nbgrader_jobs", str(jobfile)]
@@ -228,7 +263,7 @@ class Grader:
             sandbox.require()  # before anything is graded
         self.state.mkdir(parents=True, exist_ok=True)
         subs, strays = self.submissions()
-        if not subs and not strays:
+        if not subs and not strays and not self.unnamed:
             raise CourseError(f"no submissions found under {self.course / 'submitted'}")
         manifest = self.load_manifest()
         done = manifest.setdefault("graded", {})
@@ -282,9 +317,9 @@ class Grader:
         events, workers, limit = queue.Queue(), {}, self.deadline()
 
         def start(i, share):
-            proc, log = self._start_worker(i, [[s, a, str(self.own_gradebook(s, a))] for s, a in share], len(shares))
-            threading.Thread(target=_read_results, args=(i, proc, events), daemon=True).start()
-            workers[i] = _Worker(proc, log, list(share), time.monotonic())
+            proc, log, results, token = self._start_worker(i, [[s, a, str(self.own_gradebook(s, a))] for s, a in share], len(shares))
+            threading.Thread(target=_read_results, args=(i, proc, results, token, events), daemon=True).start()
+            workers[i] = _Worker(proc, log, token, list(share), time.monotonic())
 
         def lost(key, reason):
             done.pop("/".join(key), None)
@@ -321,10 +356,17 @@ class Grader:
                     if w.share:
                         self.log(f"a grading process stopped early (exit {w.proc.returncode}); see {w.log.name}")
                     continue
-                key = (event["student"], event["assignment"])
-                if key not in w.share:
+                # a result speaks only for the submission its worker is on: the first of its share, in order
+                key = w.share[0] if w.share else None
+                if key is None or isinstance(event, nbgrader_jobs.Malformed) or (event["student"], event["assignment"]) != key:
+                    if key is not None:
+                        why = event if isinstance(event, nbgrader_jobs.Malformed) else "a result for another submission"
+                        w.share.pop(0)
+                        w.since = time.monotonic()
+                        lost(key, f"the grading process sent {why}: not graded (0 points); run grade again")
+                        self.log(f"{key[0]}/{key[1]}: the grading process sent {why}; see {w.log.name}")
                     continue
-                w.share.remove(key)
+                w.share.pop(0)
                 w.since = time.monotonic()
                 if event["ok"]:
                     done["/".join(key)] = subs[key]
@@ -342,20 +384,16 @@ class Grader:
             bar.close()
 
     def precheck(self, student, name):
-        """Why a submission cannot be graded at all, or '' when nbgrader can take it."""
+        """Why a submission cannot be graded at all, or '' when nbgrader can take it; in time linear in its
+        size, which autograder.grading.intake bounds (`intake.notebook_problem`)."""
         folder = self.course / "submitted" / student / name
         path = folder / f"{name}.ipynb"
         if (student, name) in self.refused:
             return self.refused[(student, name)]
         if not path.is_file():
-            found = ", ".join(sorted(p.name for p in folder.glob("*.ipynb"))) or "no notebook"
+            found = ", ".join(sorted(intake.shown(p.name) for p in folder.glob("*.ipynb"))) or "no notebook"
             return f"{name}.ipynb is missing (found: {found})"
-        try:
-            nbformat.validate(nbformat.read(path, as_version=4))
-        except Exception as e:  # any unreadable file, whatever the reason
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-            return f"{name}.ipynb could not be read as a notebook ({first})"
-        return ""
+        return intake.notebook_problem(path, self.limits)
 
     def withhold(self, student, folder, reason):
         """0 points in the gradebook for a submission that could not be graded, and feedback that says why:
@@ -403,6 +441,7 @@ class Grader:
         wanted = {"/".join(key) for key in keys}
         listed = sorted((k.split("/", 1), reason) for k, reason in notes.items() if k in wanted and k not in problems)
         listed = sorted(listed + [(k.split("/", 1), reason) for k, reason in problems.items() if k in wanted])
+        listed += sorted((list(row), reason) for row, reason in self.unnamed.items())
         _write_csv(self.course / "grading_problems.csv", ["student_id", "assignment", "reason"],
                    [[s, a, reason] for (s, a), reason in listed])
         return self.course / "grades.csv"
@@ -426,6 +465,11 @@ def _write_csv(dest, header, rows):
         writer.writerow(header)
         writer.writerows(rows)
     os.replace(tmp, dest)
+
+
+def _digest(refused, folder):
+    """The key of a refused submission: its reason and what its entries are, none of them opened."""
+    return hashlib.sha256((refused + intake.listing(folder)).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _last_error(log):

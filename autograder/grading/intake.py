@@ -12,24 +12,36 @@ Three doors lead in, and each is guarded here:
 - plain `nbgrader autograde`: `guard()`, called by nbgrader_config.py, has nbgrader's
   Autograde ask it before it copies or reads a submission, and grade a refused one as a
   notebook that only says why;
-- `nbgrader collect`: `Collect` (nbgrader_config.py names it) copies a student's
+- `nbgrader collect`: the course's Collect (autograder.grading.exchange) copies a student's
   submission out of the exchange with `copy`, which follows nothing, reads at most the
   limits and only files the submitting student owns, and leaves a note (REFUSED) that the
   two others read.
+
+Both walk a folder through descriptors (`_walk`): each folder is opened from its parent's
+descriptor without following and listed through its own, each file opened the same way and
+judged by what its open descriptor is (fstat), so no path is resolved twice. A student who
+shares the grader's uid, or whose folder is writable by others (nbgrader's exchange makes
+it so), may swap a folder for a link between a look and a use; that swap then fails or
+finds the folder already open, and never leads outside. Names are whatever bytes a student
+chose: they travel as `os.fsdecode` makes them (undecodable bytes as surrogates, which every
+`os` call encodes back), and are shown only through `shown`.
 """
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import shutil
 import stat
 from pathlib import Path
-
-from nbgrader.exchange.default.collect import ExchangeCollect
+from typing import NamedTuple
 
 REFUSED = ".autograder-refused"  # left by Collect where it refused something; a name no submission may use
+DEEPEST = 16  # folders nested deeper are refused
 _KINDS = {stat.S_IFLNK: "a link", stat.S_IFIFO: "a pipe", stat.S_IFSOCK: "a socket",
           stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
+NOFOLLOW_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC  # opens a folder, never through a link
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a pipe does not block its open
 
 
 def shown(name):
@@ -40,56 +52,141 @@ def shown(name):
 
 def problem(folder, limits):
     """'' when `folder` holds plain files and folders only, within the limits; else why not.
-    Nothing is followed or read, but a note left by Collect."""
-    folder = Path(folder)
-    for path in (folder.parent, folder):
-        try:
-            mode = os.lstat(path).st_mode
-        except OSError:
-            return f"{shown(path.name)} cannot be read"
-        if not stat.S_ISDIR(mode):
-            return f"{shown(path.name)} is {_KINDS.get(stat.S_IFMT(mode), 'no folder')}, not a folder: not graded"
-    entries, total, stack = 0, 0, [(folder, 0)]
-    while stack:
-        here, depth = stack.pop()
-        try:
-            found = list(os.scandir(here))
-        except OSError as e:
-            return f"{shown(here.name)} cannot be read ({e.strerror})"
-        for entry in found:
-            entries += 1
-            rel = Path(entry.path).relative_to(folder)
-            if entries > limits.submission_entries:
-                return f"the submission holds more than {limits.submission_entries} files and folders"
-            if entry.name == REFUSED:
-                return _note(entry.path) if here == folder else f"{shown(rel)}: a name the course reserves"
-            mode = entry.stat(follow_symlinks=False).st_mode
-            if stat.S_ISDIR(mode):
-                if depth >= 16:
-                    return f"{shown(rel)}: folders nested more than 16 deep"
-                stack.append((Path(entry.path), depth + 1))
-            elif stat.S_ISREG(mode):
-                size = entry.stat(follow_symlinks=False).st_size
-                total += size
-                if size > limits.submission_file_mb * 2**20:
-                    return f"{shown(rel)} is {size / 2**20:.1f} MB, more than the {limits.submission_file_mb} MB a file may be"
+    Nothing is followed or read, but a note left by Collect. `folder` may be str or bytes."""
+    folder = Path(os.fsdecode(folder))
+    try:
+        top = _open_folder(folder)
+    except _NotAFolder as e:
+        return str(e)
+    total = 0
+    try:
+        for entry in _walk(top, limits):
+            if entry.name == REFUSED and entry.rel == entry.name:
+                return _note(entry.parent)
+            if entry.why:
+                return entry.why
+            if stat.S_ISREG(entry.st.st_mode):
+                total += entry.st.st_size
+                if entry.st.st_size > limits.submission_file_mb * 2**20:
+                    return f"{shown(entry.rel)} is {entry.st.st_size / 2**20:.1f} MB, more than the {limits.submission_file_mb} MB a file may be"
                 if total > limits.submission_folder_mb * 2**20:
                     return f"the submission's files total more than the {limits.submission_folder_mb} MB allowed"
-            else:
-                return f"{shown(rel)} is {_KINDS.get(stat.S_IFMT(mode), 'no plain file')}: a submission holds plain files only"
+    finally:
+        os.close(top)
     return ""
 
 
-def _note(path):
-    """The reason Collect wrote, read safely (it is short, and Collect's own words)."""
+def _note(folder_fd):
+    """The reason Collect wrote in the open folder, read safely (it is short, and Collect's own words)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(REFUSED, _FILE, dir_fd=folder_fd)
         with open(fd, "rb") as fh:
             text = fh.read(2000).decode("utf-8", "replace")
     except OSError:
         text = ""
     text = "".join(c for c in text if c.isprintable())
     return text or "nbgrader collect refused part of the submission"
+
+
+class _NotAFolder(Exception):
+    """Why a submission folder (or the folder holding it) is not opened: its message is shown as it is."""
+
+
+def _open_folder(folder):
+    """A descriptor of `folder`, opened from its parent's, neither of the two through a link: the student
+    may own both (submitted/<id>/<assignment>, inbound/<entry>), the folders above are the grader's."""
+    try:
+        parent = os.open(folder.parent, NOFOLLOW_FOLDER)
+    except OSError:
+        raise _NotAFolder(_not_a_folder(folder.parent)) from None
+    try:
+        return os.open(folder.name, NOFOLLOW_FOLDER, dir_fd=parent)
+    except OSError:
+        raise _NotAFolder(_not_a_folder(folder)) from None
+    finally:
+        os.close(parent)
+
+
+def _not_a_folder(path):
+    """Why `path` could not be opened as a folder, said from its lstat."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return f"{shown(path.name)} cannot be read"
+    if stat.S_ISDIR(mode):
+        return f"{shown(path.name)} cannot be read"
+    return f"{shown(path.name)} is {_KINDS.get(stat.S_IFMT(mode), 'no folder')}, not a folder: not graded"
+
+
+class _Entry(NamedTuple):
+    rel: str  # its path inside the submission, '/'-separated: for messages and the copy's destination
+    name: str  # as os.fsdecode makes it: any bytes come back unchanged from it
+    parent: int  # the descriptor of the folder holding it, open while the entry is looked at
+    st: os.stat_result | None  # a file's lstat; a folder's fstat, taken through the descriptor the walk lists it by
+    why: str  # '' or why it is refused (a folder refused is not entered)
+
+
+def _walk(top, limits, ignore=(), owner=None):
+    """Every entry below the open folder `top`, depth first in name order, without following anything.
+
+    A folder is opened from its parent's descriptor (O_NOFOLLOW | O_DIRECTORY) as soon as it is seen,
+    and later listed through that descriptor, so what is listed is the folder that was looked at even
+    if its name is swapped for a link meanwhile. Yields, with their reasons, a link, a special file, a
+    folder nested deeper than DEEPEST, a folder not `owner`'s (when given) and the name REFUSED, none of
+    them entered; after Limits.submission_entries entries (those matching `ignore` not counted), it
+    yields the reason and stops. `top` stays the caller's to close."""
+    entries, stack = 0, [(top, "", 0)]
+    try:
+        while stack:
+            fd, base, depth = stack.pop()
+            try:
+                try:
+                    names = sorted(os.listdir(fd))
+                except OSError as e:
+                    yield _Entry(base, os.path.basename(base), fd, None, f"{shown(base or '.')} cannot be read ({e.strerror})")
+                    continue
+                for name in names:
+                    if any(fnmatch.fnmatch(name, pattern) for pattern in ignore):
+                        continue
+                    entries += 1
+                    rel = f"{base}/{name}" if base else name
+                    if entries > limits.submission_entries:
+                        yield _Entry(rel, name, fd, None, f"the submission holds more than {limits.submission_entries} files and folders")
+                        return
+                    yield _look(fd, name, rel, depth, owner, stack)
+            finally:
+                if fd != top:
+                    os.close(fd)
+    finally:
+        for fd, _, _ in stack:
+            if fd != top:
+                os.close(fd)
+
+
+def _look(parent, name, rel, depth, owner, stack):
+    """The entry `name` of the open folder `parent`; a folder to enter is opened and put on `stack`."""
+    try:
+        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except OSError:
+        return _Entry(rel, name, parent, None, f"{shown(rel)} cannot be read")
+    if name == REFUSED:
+        return _Entry(rel, name, parent, st, f"{shown(rel)}: a name the course reserves")
+    if stat.S_ISREG(st.st_mode):
+        return _Entry(rel, name, parent, st, "")
+    if not stat.S_ISDIR(st.st_mode):
+        return _Entry(rel, name, parent, st, f"{shown(rel)} is {_KINDS.get(stat.S_IFMT(st.st_mode), 'no plain file')}: a submission holds plain files only")
+    if depth >= DEEPEST:
+        return _Entry(rel, name, parent, st, f"{shown(rel)}: folders nested more than {DEEPEST} deep")
+    try:
+        fd = os.open(name, NOFOLLOW_FOLDER, dir_fd=parent)
+    except OSError:
+        return _Entry(rel, name, parent, st, f"{shown(rel)} changed into something else while it was read")
+    st = os.fstat(fd)
+    if owner is not None and st.st_uid != owner:
+        os.close(fd)
+        return _Entry(rel, name, parent, st, f"{shown(rel)} is not the student's own folder: a submission holds its own plain files only")
+    stack.append((fd, rel, depth + 1))
+    return _Entry(rel, name, parent, st, "")
 
 
 def listing(folder):
@@ -115,64 +212,116 @@ def read_small(path, most=65536):
         return fh.read(most + 1)[:most]
 
 
-def copy(src, dest, limits, ignore=()):
-    """Copy a submission folder following nothing and reading at most the limits; what it skips (a link,
-    a special file, what is over a limit) is named in dest/REFUSED. Returns that reason, or ''."""
-    src, dest = Path(src), Path(dest)
-    reasons, total, entries, owner = [], 0, 0, os.lstat(src).st_uid
+class Copied(NamedTuple):
+    reason: str  # '' or why something was left out (also written to dest/REFUSED)
+    changed_ns: int  # the latest st_ctime of the folder and of all it copied: when the submission last changed
+
+
+def copy(src, dest, limits, ignore=(), owner=None):
+    """Copy a submission folder following nothing and reading at most the limits, only files and folders
+    `owner` (a uid; by default the folder's owner) owns; what it skips (a link, a special file, someone
+    else's file, what is over a limit) is named in dest/REFUSED.
+
+    Returns the reason ('' when nothing was left out) and the latest st_ctime of what it copied, taken
+    from the open descriptors after reading: a time the owner cannot set back (utime sets mtime, never
+    ctime), and never earlier than any byte copied."""
+    src, dest = Path(os.fsdecode(src)), Path(os.fsdecode(dest))
     dest.mkdir(parents=True, exist_ok=True)
-    stack = [(src, dest, 0)]
-    while stack:
-        here, there, depth = stack.pop()
-        for entry in sorted(os.scandir(here), key=lambda e: e.name):
-            rel = Path(entry.path).relative_to(src)
-            if any(fnmatch.fnmatch(entry.name, pattern) for pattern in ignore):
-                continue
-            entries += 1
-            if entries > limits.submission_entries:
-                reasons.append(f"the submission holds more than {limits.submission_entries} files and folders")
-                stack = []
-                break
-            mode = entry.stat(follow_symlinks=False).st_mode
-            if entry.name == REFUSED:
-                reasons.append(f"{shown(rel)}: a name the course reserves")
-            elif stat.S_ISDIR(mode) and depth < 16:
-                (there / entry.name).mkdir()
-                stack.append((Path(entry.path), there / entry.name, depth + 1))
-            elif stat.S_ISREG(mode):
-                room = min(limits.submission_file_mb * 2**20, limits.submission_folder_mb * 2**20 - total)
-                copied, why = _copy_file(entry.path, there / entry.name, room, owner)
-                if why:
-                    reasons.append(f"{shown(rel)} {why}")
-                total += copied
+    reasons, total, changed = [], 0, 0
+    try:
+        top = _open_folder(src)
+    except _NotAFolder as e:
+        return Copied(_refuse(dest, [str(e)]), 0)
+    try:
+        st = os.fstat(top)
+        owner = st.st_uid if owner is None else owner
+        if st.st_uid != owner:
+            return Copied(_refuse(dest, ["the submission folder is not the student's own"]), 0)
+        for entry in _walk(top, limits, ignore, owner):
+            if entry.why:
+                reasons.append(entry.why)
+            elif stat.S_ISDIR(entry.st.st_mode):
+                (dest / entry.rel).mkdir()
+                changed = max(changed, entry.st.st_ctime_ns)
             else:
-                kind = "folders nested more than 16 deep" if stat.S_ISDIR(mode) else _KINDS.get(stat.S_IFMT(mode), "no plain file")
-                reasons.append(f"{shown(rel)} is {kind}: a submission holds plain files only")
-    reason = ("nbgrader collect refused this submission: " + "; ".join(reasons[:3])) if reasons else ""
-    if reason:
-        (dest / REFUSED).write_text(reason[:1500])
+                room = min(limits.submission_file_mb * 2**20, limits.submission_folder_mb * 2**20 - total)
+                copied, why, ctime = _copy_file(entry.parent, entry.name, dest / entry.rel, room, owner)
+                if why:
+                    reasons.append(f"{shown(entry.rel)} {why}")
+                total, changed = total + copied, max(changed, ctime)
+        changed = max(changed, os.fstat(top).st_ctime_ns)
+    finally:
+        os.close(top)
+    return Copied(_refuse(dest, reasons), changed)
+
+
+def _refuse(dest, reasons):
+    """The note saying what was left out, written in `dest`; '' when nothing was."""
+    if not reasons:
+        return ""
+    reason = "nbgrader collect refused this submission: " + "; ".join(reasons[:3])
+    (dest / REFUSED).write_text(reason[:1500])
     return reason
 
 
-def _copy_file(src, dest, room, owner):
-    """Copy one plain file of at most `room` bytes that `owner` owns: (bytes copied, '' or why it was not).
-    (A hard link to someone else's file is a plain file, but not the student's own.)"""
+def _copy_file(parent, name, dest, room, owner):
+    """Copy the plain file `name` of the open folder `parent`, of at most `room` bytes, if `owner` owns it:
+    (bytes copied, '' or why it was not, its st_ctime after reading). It is judged by the descriptor that
+    is read (never through a link, never blocking on a pipe), so a swap after the walk looked at it
+    cannot bring in anything else. (A hard link to someone else's file is a plain file, but not the
+    student's own.)"""
     try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(name, _FILE, dir_fd=parent)
     except OSError:
-        return 0, "cannot be read"
+        return 0, "cannot be read (changed into a link?)", 0
     with open(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            return 0, "changed into something else while it was copied"
+            return 0, "changed into something else while it was copied", 0
         if st.st_uid != owner:
-            return 0, "is not the student's own file (a hard link?): a submission holds its own plain files only"
+            return 0, "is not the student's own file (a hard link?): a submission holds its own plain files only", 0
         data = fh.read(max(room, 0) + 1)
+        ctime = os.fstat(fd).st_ctime_ns
     if len(data) > room:
-        return 0, "is larger than the limits (a file, or the submission, over its size)"
-    dest.write_bytes(data)
-    shutil.copystat(src, dest, follow_symlinks=False)
-    return len(data), ""
+        return 0, "is larger than the limits (a file, or the submission, over its size)", ctime
+    out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with open(out, "wb") as fh:
+        fh.write(data)
+        fh.flush()  # before the times are set, which a later write would change
+        os.fchmod(out, stat.S_IMODE(st.st_mode) & 0o777)
+        os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return len(data), "", ctime
+
+
+def last_change(folder_fd, limits, ignore=()):
+    """The latest st_ctime (ns) of the open folder and of everything in it that `copy` would look at:
+    when the submission last changed, as its owner cannot forge (utime sets mtime, never ctime)."""
+    changed = os.fstat(folder_fd).st_ctime_ns
+    for entry in _walk(folder_fd, limits, ignore):
+        if entry.st is not None:
+            changed = max(changed, entry.st.st_ctime_ns)
+    return changed
+
+
+def notebook_problem(path, limits):
+    """'' when `path` is a version-4 notebook by nbformat's own schema, else why not: read once, at most the
+    limits, and judged by fastjsonschema in time linear in its size. (nbformat's validate falls back to
+    jsonschema, quadratic on some inputs: 30,000 tags of mixed types took it 750 s, in the grader's own
+    process, before any limit of the submission's applied.)"""
+    from nbformat.validator import get_validator
+
+    data = read_small(path, limits.submission_file_mb * 2**20)
+    if data is None:
+        return f"{shown(Path(path).name)} cannot be read"
+    try:
+        nb = json.loads(data)
+        if not isinstance(nb, dict) or nb.get("nbformat") != 4 or type(nb.get("nbformat_minor")) is not int:
+            raise ValueError("not a notebook of nbformat version 4")
+        get_validator(4, min(max(nb["nbformat_minor"], 0), 5), name="fastjsonschema").validate(nb)
+    except Exception as e:  # noqa: BLE001 (whatever is wrong with it: that submission's reason)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        return f"{shown(Path(path).name)} could not be read as a notebook ({shown(first)[1:-1]})"
+    return ""
 
 
 # ---------------------------------------------------------------- plain nbgrader
@@ -190,7 +339,9 @@ def guard():
     def refusal(self, assignment_id, student_id):
         from autograder.grading.limits import Limits
 
-        return problem(Path(self._format_source(assignment_id, student_id)), Limits(parent=self))
+        folder, limits = Path(self._format_source(assignment_id, student_id)), Limits(parent=self)
+        notebooks = sorted(name for name in os.listdir(folder) if name.endswith(".ipynb")) if folder.is_dir() else []
+        return problem(folder, limits) or next(filter(None, (notebook_problem(folder / n, limits) for n in notebooks)), "")
 
     def guarded_destination(self, assignment_id, student_id):
         self._refused = refusal(self, assignment_id, student_id)
@@ -238,15 +389,3 @@ def _grade_refused(converter, assignment_id, student_id, reason):
 def _escaped(text):
     """Text that markdown shows as it is."""
     return "".join("\\" + c if c in "\\`*_{}[]()<>#+-.!|~" else c for c in text)
-
-
-class Collect(ExchangeCollect):
-    """nbgrader's collect, copying each submission out of the exchange with `copy`: nothing is followed,
-    at most the limits are read, and what is refused is named for `grade` and `autograde`."""
-
-    def do_copy(self, src, dest, log=None):
-        from autograder.grading.limits import Limits
-
-        reason = copy(src, dest, Limits(parent=self), ignore=self.coursedir.ignore)
-        if reason:
-            self.log.warning("%s: %s", dest, reason)

@@ -29,6 +29,7 @@ import importlib.util
 import json
 import os
 import select
+import shlex
 import signal
 import shutil
 import subprocess
@@ -45,10 +46,12 @@ from autograder.course import CourseError
 NO_SANDBOX = "AUTOGRADER_NO_SANDBOX"
 UNSAFE_NOTE = "graded without the sandbox (--no-sandbox): the learner's code ran with your rights; not safe for a class"
 UID = 65534  # nobody
-PIDS = "/sys/fs/cgroup/pids"
+CGROUPS = "/sys/fs/cgroup"  # version 1's hierarchies, one folder a controller
+PIDS = f"{CGROUPS}/pids"
 PASSED_ON = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TZ")  # from the grader's environment
 ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "fonts", "ssl", "alternatives")
 GRADING, SUBMISSION, TMP = Path("/grading"), Path("/submission"), Path("/tmp")  # inside the sandbox
+SHM_BYTES = 16 * 2**20  # /dev/shm (POSIX semaphores, shared memory); the rest of /dev is read-only
 INFO_FD = "{info_fd}"  # in the kernel's command until it is launched with the pipe bwrap reports on
 
 
@@ -95,7 +98,8 @@ def _bwrap(grading, view, submission, scratch_bytes, hide=()):
     `submission` as /submission and `grading` as /grading (read-only), a tmpfs of `scratch_bytes`
     as /tmp, and `hide` (course folders inside a bound one) masked."""
     argv = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(UID), "--gid", str(UID), "--die-with-parent",
-            "--hostname", "sandbox", "--proc", "/proc", "--dev", "/dev", "--size", str(scratch_bytes), "--tmpfs", str(TMP)]
+            "--hostname", "sandbox", "--proc", "/proc", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
+            "--remount-ro", "/dev", "--size", str(scratch_bytes), "--tmpfs", str(TMP)]
     system = [Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64") if os.path.exists(p)]
     system += [Path(p).resolve() for p in {sys.prefix, sys.base_prefix}] + [Path("/etc", n) for n in ETC if Path("/etc", n).exists()]
     bound = []
@@ -120,7 +124,7 @@ class Sandbox:
     `folder` is the submission's folder, `cases` the bytes of its cases file, `limits` an autograder.grading.limits.Limits."""
 
     def __init__(self, view, folder, cases, limits, hide=(), sandboxed=True):
-        self.view, self.folder, self.limits, self.hide, self.sandboxed, self.cgroup = view, Path(folder), limits, hide, sandboxed, None
+        self.view, self.folder, self.limits, self.hide, self.sandboxed, self.cgroups = view, Path(folder), limits, hide, sandboxed, []
         self.grading = Path(tempfile.mkdtemp(prefix="autograder-sandbox-"))  # the host's side of /grading
         os.chmod(self.grading, 0o755)
         (self.grading / "cases.pt").write_bytes(cases)
@@ -155,11 +159,14 @@ class Sandbox:
             inner = ["env"] + [f"{k}={v}" for k, v in sorted(env.items())]
         rlimits = [f"--as={lim.memory_mb * 2**20}", f"--cpu={lim.cpu_seconds}", f"--fsize={lim.scratch_mb * 2**20}"]
         if os.geteuid() == 0:  # root ignores RLIMIT_NPROC: a pids cgroup of its own limits the sandbox instead
-            self.cgroup = _pids_cgroup(lim.processes)
+            self.cgroups = _cgroups({"pids": {"pids.max": lim.processes},
+                                     "memory": {"memory.limit_in_bytes": lim.sandbox_memory_mb * 2**20,
+                                                "memory.memsw.limit_in_bytes": lim.sandbox_memory_mb * 2**20}})
         else:  # counts every process of this user: leave room for those already running
             rlimits.append(f"--nproc={len([p for p in os.listdir('/proc') if p.isdigit()]) + lim.processes}")
         limited = ["prlimit"] + rlimits + ["--"] if shutil.which("prlimit") else []
-        join = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(Path(self.cgroup, "cgroup.procs"))] if self.cgroup else []
+        enter = "".join(f"echo $$ > {shlex.quote(str(Path(g, 'cgroup.procs')))} && " for g in self.cgroups)
+        join = ["sh", "-c", enter + 'exec "$@"', "join"] if self.cgroups else []
         return join + limited + inner + start + kernel_cmd
 
     def kernel_manager(self):
@@ -169,24 +176,33 @@ class Sandbox:
                                     connection_file=str(self.grading / "kernel.json"), sandbox=self)
 
     def close(self):
-        if self.cgroup:
-            _remove_cgroup(self.cgroup)
+        for group in self.cgroups:
+            _remove_cgroup(group)
         shutil.rmtree(self.grading, ignore_errors=True)
 
 
-def _pids_cgroup(max_processes):
-    if not os.access(PIDS, os.W_OK):
-        return None
-    for stale in Path(PIDS).glob("autograder-*"):  # left by a grader that was killed: its sandbox died with it
-        if not os.path.exists(f"/proc/{stale.name.split('-')[1]}"):
-            _remove_cgroup(stale, wait=0)
-    group = tempfile.mkdtemp(prefix=f"autograder-{os.getpid()}-", dir=PIDS)
-    Path(group, "pids.max").write_text(str(max_processes))
-    return group
+def _cgroups(wanted):
+    """As root, for {controller: {file: value}}: a cgroup of the sandbox's own under each controller whose
+    hierarchy is writable, with those settings (a setting the kernel lacks, swap's on a machine without
+    it, is left out). Its memory group counts the sandbox's tmpfs too: what its processes and files hold."""
+    groups = []
+    for controller, settings in wanted.items():
+        root = Path(CGROUPS, controller)
+        if not os.access(root, os.W_OK):
+            continue
+        for stale in root.glob("autograder-*"):  # left by a grader that was killed: its sandbox died with it
+            if not os.path.exists(f"/proc/{stale.name.split('-')[1]}"):
+                _remove_cgroup(stale, wait=0)
+        group = tempfile.mkdtemp(prefix=f"autograder-{os.getpid()}-", dir=root)
+        for name, value in settings.items():
+            if Path(group, name).exists():
+                Path(group, name).write_text(str(value))
+        groups.append(group)
+    return groups
 
 
 def _remove_cgroup(group, wait=5.0):
-    """Remove a pids cgroup once the sandbox's processes, which die with its pid namespace, have gone."""
+    """Remove a cgroup once the sandbox's processes, which die with its pid namespace, have gone."""
     deadline = time.time() + wait
     while True:
         try:
@@ -214,6 +230,9 @@ class SandboxKernelManager(AsyncKernelManager):
         return self.sandbox.command(kernel + list(extra_arguments or []), info_fd=INFO_FD)
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
+        # the kernel inherits no descriptor of the grader's: its stdin, stdout and stderr go nowhere (Popen closes
+        # every other one but the --info-fd pipe), so it can neither write into the worker's results nor its log
+        kw |= {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "close_fds": True}
         if not self.sandbox.sandboxed:
             return await super()._async_launch_kernel(kernel_cmd, **kw)
         r, w = os.pipe()

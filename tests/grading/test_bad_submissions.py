@@ -37,7 +37,7 @@ LOST_SDPA = FULL - SDPA - 3  # scaled_dot_product_attention, and SelfAttention w
 # A cell timeout well under the budget: stub_loops_forever's demonstration cells loop until it, and its
 # SelfAttention check must still find budget left on a busy machine.
 LIMITS = {"AUTOGRADER_CHECK_SECONDS": "8", "AUTOGRADER_CELL_TIMEOUT": "15", "AUTOGRADER_NOTEBOOK_SECONDS": "50",
-          "AUTOGRADER_PROCESSES": "64"}
+          "AUTOGRADER_PROCESSES": "64", "AUTOGRADER_SANDBOX_MEMORY_MB": "1536"}
 
 
 def sources():
@@ -389,6 +389,102 @@ def sleepy():
     return nb
 
 
+# answers the public cases from the shipped data and raises NotImplementedError on any other (a hidden
+# case): a check stops at the first stub, so before parts demanded every case, this earned points
+TABLE = """import torch
+from autograder import reference_data
+
+PUBLIC = {ex["name"]: ex for ex in torch.load("/course/autograder/data/05_self_attention.pt", weights_only=False)["exercises"]}
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, (tuple, list)):
+        return isinstance(b, (tuple, list)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def table(name):
+    rows = [(reference_data.load_call(c["call"]), c["expected"].outputs) for c in PUBLIC[name]["cases"]]
+
+    def answer(*args, **kwargs):
+        for call, outputs in rows:
+            if _same(tuple(call.args), args) and call.kwargs.keys() == kwargs.keys() and all(_same(call.kwargs[k], kwargs[k]) for k in kwargs):
+                return outputs[0] if len(outputs) == 1 else outputs
+        raise NotImplementedError()
+    return answer
+
+
+{name} = table("{name}")
+"""
+TABLE_FUNCTIONS = ("qkv_projections", "attention_scores", "scaled_dot_product_attention", "causal_mask", "padding_mask")
+
+
+def answers_from_a_table():
+    code = {name: TABLE.replace("{name}", name) for name in TABLE_FUNCTIONS}
+    return complete(code | {"SelfAttention": "class SelfAttention:\n    def __init__(self, *args):\n        raise NotImplementedError()\n"})
+
+
+# the descriptors a kernel could have inherited from the grader: its results pipe, its log; every pipe and
+# file it has gets forged result lines (for a classmate, and malformed) and a flood without a newline
+WRITES_TO_EVERY_DESCRIPTOR = """
+import json, os, stat
+forged = json.dumps({"student": "{CLASSMATE}", "assignment": "05_self_attention", "ok": False, "log": "FORGED-BY-AN-ATTACKER"})
+lines = [b"@@autograder-result " + forged.encode() + b"\\n", forged.encode() + b"\\n", b'@@autograder-result {"x": 1}\\n']
+took = []
+for fd in range(3, 64):
+    try:  # a pipe or a file (the kernel's own sockets and event descriptors would only wedge the kernel itself)
+        if not (stat.S_ISFIFO(os.fstat(fd).st_mode) or stat.S_ISREG(os.fstat(fd).st_mode)):
+            continue
+        for line in lines:
+            os.write(fd, line)
+        took.append(fd)
+    except OSError:
+        pass
+for fd in took:
+    try:
+        for _ in range(16):
+            os.write(fd, b"x" * 2**20)
+    except OSError:
+        pass
+print("took lines:", took)
+"""
+FILLS_DEV = """
+import os
+for where in ("/dev/fill", "/dev/shm/fill"):
+    n = 0
+    try:
+        with open(where, "wb") as fh:
+            while n < 2**30:
+                fh.write(bytes(2**20))
+                fh.flush()
+                n += 2**20
+    except OSError as e:
+        print("stopped:", where, type(e).__name__)
+    print(f"{where}: {n // 2**20} MB")
+"""
+FILLS_THE_MEMORY = """
+import torch
+held = []
+for i in range(96):
+    held.append(torch.ones(16 * 2**20))  # 64 MB, every page touched
+    print(f"held {(i + 1) * 64} MB", flush=True)
+"""
+
+
+def _bytes_name(folder, fill):
+    with open(os.path.join(os.fsencode(folder), b"notes\xff.txt"), "wb") as fh:
+        fh.write(b"a file whose name is no UTF-8")
+
+
+def _many_tags(folder, fill):
+    path = folder / f"{NAME}.ipynb"
+    nb = json.loads(path.read_text())
+    nb["cells"][0]["metadata"]["tags"] = [i if i % 3 == 0 else str(i) if i % 3 == 1 else [i] for i in range(30000)]
+    path.write_text(json.dumps(nb))
+
+
 # student: (what to write, expected score, words the instructor must see about it)
 CATALOG = {
     "good": (complete, FULL, None),
@@ -458,6 +554,18 @@ CROSSINGS = {
     "ignores_interrupts": (lambda: with_cell(DEAF, after="check_scaled_dot_product_attention"), 1 + 2 + SDPA, "not run: the kernel"),
     # hidden stays hidden: nothing printed, displayed or kept while a case runs reaches the feedback
     "tells_the_hidden_inputs": (lambda: with_cell(TELLS_LATER, after="check_SelfAttention", nb=complete(TELLS_THE_HIDDEN_INPUTS)), FULL, None),
+    # points without code: a part earns its points only when every one of its cases ran and matched
+    "answers_from_a_table": (answers_from_a_table, 0, "not implemented"),
+    # channels, memory, /dev: the kernel holds no descriptor of the grader's, the sandbox has a memory
+    # limit of its own, and /dev is read-only but a small /dev/shm
+    "writes_to_every_descriptor": (lambda: at_the_end(WRITES_TO_EVERY_DESCRIPTOR), FULL, None),
+    "fills_dev": (lambda: at_the_end(FILLS_DEV), FULL, None),
+    "fills_the_memory": (lambda: at_the_end(FILLS_THE_MEMORY), FULL, None),
+    # names are bytes: a file name that is no UTF-8 is graded beside the notebook, and stops no one
+    "names_a_file_in_bytes": (Folder(_bytes_name), FULL, None),
+    # the grader's own work before any limit: a notebook that nbformat's jsonschema fallback validates in
+    # quadratic time (30,000 tags of mixed types: 750 s) is refused in linear time, before nbgrader reads it
+    "tags_by_the_thousand": (Folder(_many_tags), 0, "could not be read"),
 }
 CATALOG |= CROSSINGS
 
@@ -518,6 +626,8 @@ def restore(old):
 
 
 CLASSMATE = "aa_classmate"  # graded first: a complete submission the attackers go after
+# folders under submitted/ whose names are no student id: a glob that matches the classmate, and HTML
+UNNAMED = {"[a]a_classmate": blank, "x<img src=x onerror=alert(1)>": complete}
 
 
 @pytest.fixture(scope="module")
@@ -559,6 +669,8 @@ def bad_course(tmp_path_factory, course_code):
     try:
         # two jobs, then the fork bomb alone (the second run grades only what the first has not):
         # its spinning processes would starve a submission graded beside it past the short check timeout
+        for student, make in UNNAMED.items():
+            write(course, student, make, fill)
         for students, jobs in ([s for s in makers if s != "process_bomb"], 2), (["process_bomb"], 1):
             for student in students:
                 write(course, student, makers[student], fill)
@@ -583,8 +695,8 @@ def plain_nbgrader_course(tmp_path_factory, course_code, bad_course):
 
     def grade(half):
         course = tmp_path_factory.mktemp("plain")
-        for student in [CLASSMATE, *half]:
-            write(course, student, CATALOG[student][0] if student in CATALOG else complete, filling(course_code, course, listener))
+        for student in [CLASSMATE, *half, *UNNAMED]:
+            write(course, student, CATALOG[student][0] if student in CATALOG else UNNAMED.get(student, complete), filling(course_code, course, listener))
         (course / "solutions").symlink_to(course_code / "solutions")
         (course / "nbgrader_config.py").write_text(
             f"c = get_config()\nload_subconfig({str(course_code / 'nbgrader_config.py')!r})\n"
@@ -624,7 +736,7 @@ def tree_bytes(folder):
     return b"".join(p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file() and not p.is_symlink())
 
 
-@pytest.mark.parametrize("student", [s for s, (make, _, _) in CROSSINGS.items() if isinstance(make, Folder)])
+@pytest.mark.parametrize("student", [s for s, (make, score, _) in CROSSINGS.items() if isinstance(make, Folder) and score == 0])
 def test_nothing_outside_a_refused_submission_is_read(bad_course, student):
     course = bad_course["course"]
     assert not (course / "autograded" / student).exists()
@@ -759,3 +871,49 @@ def test_a_run_killed_halfway_resumes_without_losing_or_duplicating_grades(tmp_p
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
     assert [(g["student_id"], g["score"]) for g in read_grades(course)] == [(g["student_id"], g["score"]) for g in grades]
+
+
+def test_a_folder_named_no_student_id_is_graded_under_no_name(bad_course, plain_nbgrader_course):
+    # not graded, not in the gradebook, named (safely) with the reason; the classmate its glob matches keeps full marks
+    from autograder.grading.intake import shown
+
+    course = bad_course["course"]
+    for student in UNNAMED:
+        assert student not in bad_course["grades"] and student not in plain_nbgrader_course["grades"]
+        assert f"{shown(student)},*," in bad_course["problems"] and "is not graded" in bad_course["problems"]
+        assert not (course / "autograded" / student).exists() and not (course / "feedback" / student).exists()
+    assert float(bad_course["grades"][CLASSMATE]["score"]) == FULL
+
+
+def test_no_descriptor_of_the_grader_reaches_the_kernel(bad_course):
+    # forged result lines and floods on every descriptor the kernel has: none is the grader's, so nothing
+    # of them reaches grade's results or the worker's log on the host
+    course = bad_course["course"]
+    nb = nbformat.read(course / "autograded" / "writes_to_every_descriptor" / NAME / f"{NAME}.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+    assert "took lines:" in text, text
+    assert "FORGED-BY-AN-ATTACKER" not in bad_course["problems"]
+    for log in (course / ".autograder").glob("worker-*.log"):
+        assert log.stat().st_size < 4 * 2**20, (log, log.stat().st_size)
+        assert "FORGED-BY-AN-ATTACKER" not in log.read_text(errors="replace")
+
+
+def test_dev_is_read_only_but_a_small_shm(bad_course):
+    import re
+
+    from autograder.grading.sandbox import SHM_BYTES
+
+    nb = nbformat.read(bad_course["course"] / "autograded" / "fills_dev" / NAME / f"{NAME}.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+    assert "/dev/fill: 0 MB" in text, text
+    assert int(re.search(r"/dev/shm/fill: (\d+) MB", text).group(1)) <= SHM_BYTES // 2**20
+
+
+@pytest.mark.skipif(not os.access("/sys/fs/cgroup/memory", os.W_OK), reason="a memory cgroup needs root and cgroup v1's memory hierarchy")
+def test_the_sandbox_holds_no_more_memory_than_its_limit(bad_course):
+    import re
+
+    nb = nbformat.read(bad_course["course"] / "autograded" / "fills_the_memory" / NAME / f"{NAME}.ipynb", as_version=4)
+    text = "".join(o.get("text", "") + o.get("evalue", "") for o in nb.cells[-1].outputs)
+    held = [int(n) for n in re.findall(r"held (\d+) MB", text)]
+    assert held and max(held) < int(LIMITS["AUTOGRADER_SANDBOX_MEMORY_MB"]), text[-500:]

@@ -1,5 +1,6 @@
 """`grade`'s own processes: stopping it (Ctrl-C, SIGTERM, kill -9) stops every worker and sandbox,
 and a worker that does not finish a submission in time is stopped and the class graded without it."""
+import json
 import os
 import signal
 import subprocess
@@ -116,3 +117,56 @@ def test_a_submission_past_its_deadline_is_stopped_and_the_class_graded(tmp_path
     assert scores == {"aa_hangs": 0, "bb_honest": FULL, "cc_honest": FULL}
     assert [p["reason"] for p in read_problems(tmp_path)] == ["grading did not finish within 45 s; not graded (0 points)"]
     assert "did not finish within 45 s" in (tmp_path / "feedback" / "aa_hangs" / NAME / f"{NAME}.html").read_text()
+
+
+# a worker that speaks out of turn before grading the last submission for real: a line far too long, a line
+# without the job's token, a line for another student's submission (claiming it graded); each fails only the
+# submission its worker was on, and the submission the lie was about is graded on its own
+LYING_WORKER = r"""
+import json, os, sys
+job = json.load(open(sys.argv[1]))
+out = os.fdopen(job["results_fd"], "wb", buffering=0, closefd=False)
+(a, name, _), (b, _, _), (c, _, _), (d, _, _) = job["items"]
+def line(student, token=job["token"], ok=True):
+    return json.dumps({"token": token, "student": student, "assignment": name, "ok": ok, "log": ""}).encode() + b"\n"
+out.write(b"{" + b"x" * (8 * 2**20) + b"\n")
+out.write(line(b, token="not-the-job's"))
+out.write(line(d))
+job["items"] = job["items"][3:]
+with open(sys.argv[1], "w") as fh:
+    json.dump(job, fh)
+os.execv(sys.executable, [sys.executable, "-m", "autograder.grading.nbgrader_jobs", sys.argv[1]])
+"""
+
+
+def test_a_malformed_result_line_fails_its_own_submission_alone(tmp_path):
+    for student in ("aa_long_line", "bb_wrong_token", "cc_speaks_for_dd", "dd_honest"):
+        submission(tmp_path, student)
+
+    class Lying(Grader):
+        def worker_command(self, jobfile):
+            return [sys.executable, "-c", LYING_WORKER, str(jobfile)]
+
+    graded, skipped, failed = Lying(tmp_path, root=ROOT, log=lambda *a: None).run(jobs=1, progress=False)
+    assert sorted(failed) == [("aa_long_line", NAME), ("bb_wrong_token", NAME), ("cc_speaks_for_dd", NAME)]
+    assert graded == [("dd_honest", NAME)]
+    scores = {g["student_id"]: float(g["score"]) for g in read_grades(tmp_path)}
+    assert scores == {"aa_long_line": 0, "bb_wrong_token": 0, "cc_speaks_for_dd": 0, "dd_honest": FULL}
+    reasons = {p["student_id"]: p["reason"] for p in read_problems(tmp_path)}
+    assert "a result line of more than" in reasons["aa_long_line"]
+    assert "not this job's" in reasons["bb_wrong_token"]
+    assert "a result for another submission" in reasons["cc_speaks_for_dd"]
+
+
+def test_a_result_line_is_what_a_worker_sends_or_nothing():
+    from autograder.grading.nbgrader_jobs import MAX_LINE, Malformed, parse
+
+    good = {"token": "t", "student": "ada", "assignment": NAME, "ok": True, "log": ""}
+    assert parse(json.dumps(good).encode() + b"\n", "t") == good
+    for bad in [json.dumps(good).encode(), b"x" * (MAX_LINE + 1) + b"\n", b"{not json\n", b"[" * 10000 + b"\n",
+                json.dumps({**good, "extra": 1}).encode() + b"\n", json.dumps({**good, "ok": "yes"}).encode() + b"\n",
+                json.dumps({k: v for k, v in good.items() if k != "student"}).encode() + b"\n"]:
+        with pytest.raises(Malformed):
+            parse(bad, "t")
+    with pytest.raises(Malformed):
+        parse(json.dumps(good).encode() + b"\n", "another job's")

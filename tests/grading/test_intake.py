@@ -76,7 +76,7 @@ def test_collect_copies_plain_files_only_and_names_what_it_left(folder, tmp_path
     _sparse(folder / "big.bin", (LIMITS.submission_file_mb + 1) * 2**20)
     (folder / ".ipynb_checkpoints").mkdir()
     dest = tmp_path / "collected"
-    reason = intake.copy(folder, dest, LIMITS, ignore=[".ipynb_checkpoints"])
+    reason = intake.copy(folder, dest, LIMITS, ignore=[".ipynb_checkpoints"]).reason
     assert reason.startswith("nbgrader collect refused this submission")
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*")) == [
         intake.REFUSED, "05_self_attention.ipynb", "data", "data/notes.txt"]
@@ -91,14 +91,44 @@ def test_collect_takes_only_the_students_own_files(folder, tmp_path):
     os.chown(other, 65534, 65534)
     os.link(other, folder / "borrowed.txt")
     dest = tmp_path / "collected"
-    assert "'borrowed.txt' is not the student's own file" in intake.copy(folder, dest, LIMITS)
+    assert "'borrowed.txt' is not the student's own file" in intake.copy(folder, dest, LIMITS).reason
     assert not (dest / "borrowed.txt").exists()
 
 
 def test_a_clean_submission_is_collected_whole(folder, tmp_path):
     dest = tmp_path / "collected"
-    assert intake.copy(folder, dest, LIMITS) == ""
+    assert intake.copy(folder, dest, LIMITS).reason == ""
     assert (dest / "data" / "notes.txt").read_text() == "mine" and intake.problem(dest, LIMITS) == ""
+
+
+def test_a_folder_of_someone_elses_is_not_entered(folder, tmp_path):
+    os.chown(folder / "data", 65534, 65534)
+    dest = tmp_path / "collected"
+    assert "'data' is not the student's own folder" in intake.copy(folder, dest, LIMITS).reason
+    assert not (dest / "data").exists()
+
+
+def test_names_that_are_not_utf8_are_looked_at_copied_and_shown(folder, tmp_path):
+    name = b"notes\xff.txt"
+    with open(os.path.join(os.fsencode(folder), b"data", name), "wb") as fh:
+        fh.write(b"mine too")
+    assert intake.problem(os.fsencode(folder), LIMITS) == intake.problem(folder, LIMITS) == ""
+    dest = tmp_path / "collected"
+    copied = intake.copy(folder, dest, LIMITS)
+    assert copied.reason == "" and open(os.path.join(os.fsencode(dest), b"data", name), "rb").read() == b"mine too"
+    os.mkfifo(os.path.join(os.fsencode(folder), b"data", b"pipe\xfe"))
+    assert intake.problem(folder, LIMITS) == "'data/pipe\\udcfe' is a pipe: a submission holds plain files only"
+
+
+def test_the_time_copied_is_the_file_systems_and_cannot_be_set_back(folder, tmp_path):
+    import time
+
+    os.utime(folder / "data" / "notes.txt", (0, 0))  # the owner may date a file's mtime to 1970, not its ctime
+    before = time.time_ns()
+    (folder / "data" / "later.txt").write_text("written now")
+    copied = intake.copy(folder, tmp_path / "collected", LIMITS)
+    assert before <= copied.changed_ns <= time.time_ns()
+    assert (tmp_path / "collected" / "data" / "notes.txt").stat().st_mtime == 0  # the copy keeps the mtime it was given
 
 
 def test_small_files_are_read_without_following(folder):

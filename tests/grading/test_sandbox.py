@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 from autograder import registry
-from autograder.grading import limits, sandbox, verdict, views
+from autograder.grading import nbgrader_jobs, limits, sandbox, verdict, views
 from autograder import ship
 from autograder.course import CourseError
 from autograder.grading.grade import Grader, read_problems
@@ -134,6 +134,8 @@ def test_the_readme_states_the_limits_nbgrader_config_sets():
     for said in [f"at most {lim.submission_file_mb} MB a file, {lim.submission_folder_mb} MB and {lim.submission_entries} entries",
                  f"tmpfs of {lim.scratch_mb} MB", f"{lim.memory_mb // 1024} GiB of address space and {lim.cpu_seconds} s of CPU",
                  f"{lim.processes} processes", f"{lim.notebook_seconds} s of wall clock for the whole notebook",
+                 f"{lim.sandbox_memory_mb} MB for the whole sandbox", f"at most J × {lim.sandbox_memory_mb} MB",
+                 f"`/dev/shm` of {sandbox.SHM_BYTES // 2**20} MB", f"at most {nbgrader_jobs.MAX_LINE // 1024} kB",
                  f"a cell {load_config(ROOT).Execute.timeout} s, a case of a check {lim.check_seconds} s", f"at most {lim.result_mb} MB a check cell",
                  f"runs within {lim.verdict_seconds} s", f"{lim.output_kb} kB an output and {lim.outputs_mb} MB a notebook",
                  f"over {lim.frame_bytes / 2**20:.1f} MB from the kernel",

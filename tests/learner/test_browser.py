@@ -18,9 +18,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -468,11 +472,51 @@ def planted_notebook(kind, student):
     return nb
 
 
+# A check's failing case says what the learner's code raised: its message becomes the automatic comment on the
+# exercise, in the formgrader and on the feedback page. This one forges a heading, a picture and a refresh that
+# would reach the listener (well under the 200 characters a reason keeps of a message).
+RAISES = "mallory_raises"
+
+
+def hostile_message(port):
+    return (f"<h1>Score: 12 / 12</h1><img src=http://127.0.0.1:{port}/img onerror=\"window.__pwned=['comment']\">"
+            f"<meta http-equiv=refresh content=\"0;url=http://127.0.0.1:{port}/refresh\">")
+
+
+def hostile_id(port):
+    """A folder's name (no slash: the refresh's backslashes are slashes to a browser) that would run and navigate if printed as HTML."""
+    return f"x<img src=x onerror=\"window.__pwned=['id']\"><meta http-equiv=refresh content=\"0;url=http:\\\\127.0.0.1:{port}\\id\">"
+
+
 @pytest.fixture(scope="module")
-def planted(course, graded_class):
+def listener():
+    """An HTTP server on 127.0.0.1 that records every request: a payload that ran, or a refresh followed, reaches it."""
+    heard = []
+
+    class Record(BaseHTTPRequestHandler):
+        def do_GET(self):
+            heard.append(self.path)
+            self.send_response(204)
+            self.end_headers()
+
+        do_POST = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Record)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield SimpleNamespace(port=server.server_address[1], heard=heard)
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def planted(course, graded_class, listener):
     """The planted submissions, graded by `grade` (students mallory_*) and by plain `nbgrader autograde` and
     `generate_feedback` (students mallory_*_plain), with an honest student beside them, in the lab's course."""
     from autograder.grading.grade import Grader
+    from autograder.release import fill_submission
 
     def write(student, nb):
         path = course / "submitted" / student / NOTEBOOK / f"{NOTEBOOK}.ipynb"
@@ -481,6 +525,9 @@ def planted(course, graded_class):
 
     for student, kind in PLANTED.items():
         write(student, planted_notebook(kind, student))
+    rel, sol = (nbformat.read(ROOT / folder / NOTEBOOK / f"{NOTEBOOK}.ipynb", as_version=4) for folder in ("notebooks", "solutions"))
+    raises = f"def causal_mask(T, device=None):\n    raise ValueError({hostile_message(listener.port)!r})"
+    write(RAISES, fill_submission(rel, sol, {"causal_mask": raises}))
     Grader(course, root=course, log=lambda *a: None).run(jobs=2, progress=False)
     env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
     for student, kind in PLANTED.items():
@@ -509,9 +556,24 @@ LIVE_JS = """() => {
 }"""
 
 
-def visit(context, url, course, shot=None):
+# the comment's forged score: in a heading, or anywhere outside the notebook (the page's own header, its navigation)
+FORGED = "Score: 12 / 12"
+FORGED_JS = """(text) => {
+  const found = [], notebook = document.querySelector('#notebook-container');
+  for (const h of document.querySelectorAll('h1, h2, h3, h4, h5, h6'))
+    if (h.textContent.includes(text)) found.push('heading: ' + h.textContent.trim().slice(0, 80));
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode())
+    if (walker.currentNode.nodeValue.includes(text) && !(notebook && notebook.contains(walker.currentNode)))
+      found.push('outside the notebook: ' + walker.currentNode.nodeValue.trim().slice(0, 80));
+  return found;
+}"""
+
+
+def visit(context, url, course, shot=None, focus=None):
     """Load `url` in a fresh page of `context` (the instructor's, logged in to JupyterLab); return what ran there:
-    dialogs, marks, requests for the contents API, files written, and what on the page could still run."""
+    dialogs, marks, requests for the contents API, files written, and what on the page could still run; where the page
+    ended up, its text, and a forged score where only the page's own could be. `focus`: what a screenshot shows."""
     page = context.new_page()
     page.set_viewport_size({"width": 1300, "height": 1600})
     seen = {"dialogs": [], "requests": [], "blocked": []}
@@ -530,7 +592,11 @@ def visit(context, url, course, shot=None):
     seen["live"] = page.evaluate(LIVE_JS)
     seen["files"] = sorted(p.name for p in course.rglob("pwned-*"))
     seen["pictures"] = page.locator("img[src^='data:image/png']").count()
+    seen["url"], seen["text"] = page.url, page.evaluate("() => document.body.textContent")
+    seen["forged"] = page.evaluate(FORGED_JS, FORGED)
     if shot:
+        if focus and page.locator(focus).count():  # the screenshot shows it
+            page.locator(focus).first.evaluate("e => e.scrollIntoView({block: 'center'})")
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / shot), full_page=False)
     page.close()
@@ -644,3 +710,68 @@ def test_an_honest_submission_looks_as_before_and_the_formgrader_still_works(lab
     assert seen["pictures"] >= 2  # the figures are still in the feedback
     with capsys.disabled():
         print(f"\n  screenshots: {ARTIFACTS / 'formgrader-honest-submission.png'}, {ARTIFACTS / 'feedback-honest-submission.png'}")
+
+
+# ---------------------------------------------------------------- what nbgrader itself prints is text
+# A student id and a comment are printed by nbgrader's own templates, outside the notebook that Inert makes inert:
+# the doors refuse such an id before grading, so it is put into the gradebook directly, as `nbgrader db student add`
+# would; the comment is what `grade` wrote for RAISES's failing check.
+
+
+@pytest.fixture(scope="module")
+def hostile(course, planted, listener):
+    """The hostile id in the gradebook, with a copy of RAISES's submission and its comment."""
+    from nbgrader.api import Gradebook
+
+    from autograder.course import sqlite_url
+
+    student = hostile_id(listener.port)
+    shutil.copytree(course / "autograded" / RAISES, course / "autograded" / student)
+    with Gradebook(sqlite_url(course / "gradebook.db")) as gb:
+        gb.add_student(student)
+        gb.add_submission(NOTEBOOK, student)
+        reason = gb.find_comment("causal_mask", NOTEBOOK, NOTEBOOK, RAISES).auto_comment
+        assert hostile_message(listener.port) in reason  # the check's reason carries the learner's message whole
+        gb.find_comment("causal_mask", NOTEBOOK, NOTEBOOK, student).auto_comment = reason
+        gb.db.commit()
+    return student
+
+
+def test_a_hostile_student_id_and_comment_are_text_on_the_instructor_s_pages(labs, pages, hostile, course, listener, capsys):
+    lab, context = labs["instructor"], pages["instructor"].context
+    ids, quoted = submission_ids(lab), urllib.parse.quote(hostile, safe="")
+    paths = {"manage-students": "/formgrader/manage_students", "student": f"/formgrader/manage_students/{quoted}",
+             "student-assignment": f"/formgrader/manage_students/{quoted}/{NOTEBOOK}",
+             "gradebook": f"/formgrader/gradebook/{NOTEBOOK}/{NOTEBOOK}", "submission": f"/formgrader/submissions/{ids[hostile]}/",
+             "comment-submission": f"/formgrader/submissions/{ids[RAISES]}/", "feedback": f"/files/feedback/{RAISES}/{NOTEBOOK}/{NOTEBOOK}.html"}
+    for what, path in paths.items():
+        url = f"{lab.url}{path}?token={lab.token}"
+        seen = visit(context, url, course, shot=f"hostile-{what}.png", focus=".panel-footer, #causal_mask-comment")
+        ran = (seen["dialogs"], seen["marks"], seen["requests"], seen["files"], seen["blocked"], listener.heard)
+        assert ran == ([], [], [], [], [], []), (what, seen, listener.heard)
+        assert urllib.parse.unquote(seen["url"]) == urllib.parse.unquote(url), (what, seen["url"])  # no refresh took it elsewhere
+        assert seen["forged"] == [], (what, seen["forged"])
+        if what in ("manage-students", "student", "student-assignment", "submission"):
+            assert hostile in seen["text"], (what, seen["text"][:2000])  # shown, as text
+        if what in ("submission", "comment-submission", "feedback"):
+            assert seen["live"] == [], (what, seen["live"])
+    feedback = visit(context, (course / paths["feedback"].removeprefix("/files/")).as_uri(), course)
+    assert (feedback["marks"], feedback["live"], feedback["forged"], listener.heard) == ([], [], [], [])
+    assert hostile_message(listener.port) in feedback["text"]  # the whole comment, as text
+    with capsys.disabled():
+        print(f"\n  screenshots: {ARTIFACTS}/hostile-*.png")
+
+
+def test_the_formgrader_s_student_pages_still_work(labs, pages, graded_class):
+    """nbgrader's scripts fill in its student pages under the policy: an assignment, then the notebook with its score."""
+    lab, context = labs["instructor"], pages["instructor"].context
+    full = sum(ex.points for ex in registry.for_notebook(NOTEBOOK))
+    for path, expected in (("/formgrader/manage_students/ada_complete", NOTEBOOK),
+                           (f"/formgrader/manage_students/ada_complete/{NOTEBOOK}", f"{graded_class['ada_complete']:g} / {full:g}")):
+        page = context.new_page()
+        blocked = []
+        page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
+        page.goto(f"{lab.url}{path}?token={lab.token}")
+        page.wait_for_selector(f"#main-table >> text={expected}")  # filled in by nbgrader's scripts, from its API
+        page.close()
+        assert blocked == [], (path, blocked)

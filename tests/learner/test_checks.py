@@ -236,3 +236,48 @@ def test_following_the_head_axis_hint_passes_the_check():
     followed = mutant(ex.reference, wrong.edit & swap(new, fixed), "followed the hint")
     assert f"~{advice}" in source_of(followed)
     assert check_exercise(ex, followed).fraction == 1.0
+
+
+def _key(x):
+    if isinstance(x, torch.Tensor):
+        return ("tensor", tuple(x.shape), str(x.dtype), x.detach().cpu().numpy().tobytes())
+    if isinstance(x, (list, tuple)):
+        return tuple(_key(v) for v in x)
+    if isinstance(x, dict):
+        return tuple(sorted((k, _key(v)) for k, v in x.items()))
+    if x is None or isinstance(x, (bool, int, float, str, torch.dtype)):
+        return repr(x)
+    return object()  # a model, a generator, a cache: no table can be keyed by it
+
+
+def _table_of_public_cases(exercise):
+    """The reference's answers to `exercise`'s public cases, and NotImplementedError for any other input."""
+    known = {_key((case.make().args, case.make().kwargs)) for case in exercise.cases() if not case.hidden}
+
+    def answer(*args, **kwargs):
+        if _key((args, kwargs)) in known:
+            return exercise.reference(*args, **kwargs)
+        raise NotImplementedError()
+    return answer
+
+
+def _tabulable(exercise):
+    """Whether a function exercise's public inputs are plain values and tensors, the same at every make()."""
+    public = [c for c in exercise.cases() if not c.hidden]
+    return exercise.kind == "function" and all(_key((c.make().args, c.make().kwargs)) == _key((c.make().args, c.make().kwargs)) for c in public)
+
+
+TABULABLE = [ex for ex in EXERCISES if _tabulable(ex)]
+
+
+def test_most_function_exercises_can_be_tabulated():
+    assert len(TABULABLE) >= 25, [ex.name for ex in TABULABLE]
+
+
+@pytest.mark.parametrize("exercise", TABULABLE, ids=ids)
+def test_a_part_needs_every_one_of_its_cases(exercise):
+    # answers to the public cases from a table, a stub for the rest: the check stops at the first stub,
+    # and a part whose hidden case never ran earns nothing
+    report = check_exercise(exercise, _table_of_public_cases(exercise), hidden=True)
+    assert report.fraction == 0.0, [(r.case.label, r.ok) for r in report.results]
+    assert check_exercise(exercise, _table_of_public_cases(exercise)).fraction == 1.0
