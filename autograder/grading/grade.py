@@ -136,7 +136,7 @@ class Grader:
     def submissions(self):
         """({(student, assignment): key}, {(student, folder): reason}): every submission on disk, its key
         changing with the submitted files, the assignment's source and the course's code; and the
-        folders under submitted/ that are no assignment. A folder whose name is no student id
+        folders under submitted/ that are no assignment. A student folder whose name is no student id
         (autograder.grading.ids) is graded under no name: it goes to `self.unnamed` with the reason."""
         found, strays, fingerprints = {}, {}, {}
         for student_dir in sorted((self.course / "submitted").iterdir()):
@@ -150,9 +150,6 @@ class Grader:
                 continue
             for a_dir in sorted(p for p in student_dir.iterdir() if p.is_dir() or p.is_symlink()):
                 name, key = a_dir.name, (student_dir.name, a_dir.name)
-                if not ids.valid(name):
-                    self._unnamed(student_dir.name, name, f"the folder {intake.shown(name)} is no assignment, and its name not one to show")
-                    continue
                 if name not in self.known:
                     close = difflib.get_close_matches(name, self.known, n=1, cutoff=0.6)
                     hint = f"; did you mean {close[0]}?" if close else f"; the assignments are {', '.join(self.known)}"
@@ -173,7 +170,7 @@ class Grader:
 
     def _unnamed(self, student, folder, reason):
         """A folder under submitted/ graded under no name: a row in grading_problems.csv, shown safely."""
-        row = (intake.shown(student), folder if folder == "*" else intake.shown(folder))
+        row = (student if ids.valid(student) else intake.shown(student), folder if folder == "*" else intake.shown(folder))
         self.unnamed[row] = reason
         self.log(f"submitted/{row[0]}/{row[1]}: {reason}")
 
@@ -286,6 +283,9 @@ class Grader:
         for (student, folder), reason in strays.items():  # under the assignment meant, when the student has none
             close = difflib.get_close_matches(folder, self.known, n=1, cutoff=0.6)
             key = (student, close[0] if close and (student, close[0]) not in subs else folder)
+            if not ids.valid(key[1]):  # no assignment it resembles, and a name not to put in the gradebook or a page
+                self._unnamed(student, folder, reason)
+                continue
             problems["/".join(key)] = reason
             failed.append(key)
         if todo:

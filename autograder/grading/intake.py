@@ -202,7 +202,7 @@ def listing(folder):
 def read_small(path, most=65536):
     """The bytes of a plain file of at most `most` bytes, or None: never through a link, never blocking."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(path, _FILE)
     except OSError:
         return None
     with open(fd, "rb") as fh:

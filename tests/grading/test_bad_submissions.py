@@ -627,6 +627,9 @@ def restore(old):
 CLASSMATE = "aa_classmate"  # graded first: a complete submission the attackers go after
 # folders under submitted/ whose names are no student id: a glob that matches the classmate, and HTML
 UNNAMED = {"[a]a_classmate": blank, "x<img src=x onerror=alert(1)>": complete}
+# assignment folders misnamed: one like the assignment (0 for it, and the name it resembles), one like nothing
+# and no name to show (graded under no name)
+MISNAMED = {"misnames_its_folder": "05 self attention", "names_its_folder_in_html": "x<img src=y>"}
 
 
 @pytest.fixture(scope="module")
@@ -670,6 +673,9 @@ def bad_course(tmp_path_factory, course_code):
         # its spinning processes would starve a submission graded beside it past the short check timeout
         for student, make in UNNAMED.items():
             write(course, student, make, fill)
+        for student, folder in MISNAMED.items():
+            (course / "submitted" / student / folder).mkdir(parents=True)
+            nbformat.write(complete(), course / "submitted" / student / folder / f"{NAME}.ipynb")
         for students, jobs in ([s for s in makers if s != "process_bomb"], 2), (["process_bomb"], 1):
             for student in students:
                 write(course, student, makers[student], fill)
@@ -916,3 +922,14 @@ def test_the_sandbox_holds_no_more_memory_than_its_limit(bad_course):
     text = "".join(o.get("text", "") + o.get("evalue", "") for o in nb.cells[-1].outputs)
     held = [int(n) for n in re.findall(r"held (\d+) MB", text)]
     assert held and max(held) < int(LIMITS["AUTOGRADER_SANDBOX_MEMORY_MB"]), text[-500:]
+
+
+def test_a_misnamed_assignment_folder_gets_0_for_what_it_resembles_or_no_name(bad_course):
+    from autograder.grading.intake import shown
+
+    assert float(bad_course["grades"]["misnames_its_folder"]["score"]) == 0
+    assert f"did you mean {NAME}?" in bad_course["problems"]
+    assert "not graded" in (bad_course["course"] / "feedback" / "misnames_its_folder" / NAME / f"{NAME}.html").read_text()
+    assert "names_its_folder_in_html" not in bad_course["grades"]
+    assert f"names_its_folder_in_html,{shown('x<img src=y>')}," in bad_course["problems"]
+    assert not (bad_course["course"] / "feedback" / "names_its_folder_in_html").exists()

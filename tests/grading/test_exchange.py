@@ -79,14 +79,18 @@ def output(done):
 
 
 class Exchange:
-    """A course folder with the course's nbgrader_config.py, an exchange set up as the README says,
-    and students with homes, in a folder the students may pass through."""
+    """A course folder with the course's nbgrader_config.py, owned by an instructor's account of its own,
+    an exchange set up as the README says, and students with homes, in a folder they may pass through.
+    The instructor's nbgrader runs as that account, not as root."""
 
     def __init__(self, top, accounts):
         self.top, self.accounts = Path(top), accounts
         self.course, self.root = self.top / "course", self.top / "exchange"
         self.course.mkdir(mode=0o700)
         shutil.copy(ROOT / "nbgrader_config.py", self.course / "nbgrader_config.py")
+        teacher = pwd.getpwnam(accounts["teacher"])
+        os.chown(self.course, teacher.pw_uid, teacher.pw_gid)
+        os.chown(self.course / "nbgrader_config.py", teacher.pw_uid, teacher.pw_gid)
         self.root.mkdir()
         os.chmod(self.root, 0o1777)  # README: the exchange's root, sticky like /tmp
         self.homes = {name: home_for(account, self.top) for name, account in accounts.items()}
@@ -95,8 +99,8 @@ class Exchange:
         self.inbound = self.root / COURSE / "inbound"
 
     def instructor(self, *args, ok=True):
-        done = subprocess.run([sys.executable, "-m", "nbgrader", *map(str, args), *self.flags], cwd=self.course,
-                              env=self.env, capture_output=True, text=True, timeout=300)
+        done = as_user(self.accounts["teacher"], [sys.executable, "-m", "nbgrader", *map(str, args), *self.flags], cwd=self.course,
+                       env=self.env | {"HOME": str(self.homes["teacher"])}, reach=True)
         assert not ok or done.returncode == 0, output(done)[-4000:]
         return output(done)
 
@@ -104,6 +108,9 @@ class Exchange:
         folder = self.course / "notebooks" / assignment
         folder.mkdir(parents=True)
         nbformat.write(new_notebook(cells=[new_markdown_cell("the released notebook")]), folder / f"{assignment}.ipynb")
+        teacher = pwd.getpwnam(self.accounts["teacher"])
+        for path in (folder.parent, folder, folder / f"{assignment}.ipynb"):
+            os.chown(path, teacher.pw_uid, teacher.pw_gid)
         return self.instructor("release_assignment", assignment)
 
     def submit(self, name, assignment, text):
@@ -145,7 +152,7 @@ main()
 
 @pytest.fixture(scope="module")
 def accounts():
-    with unix_users("ada", "ben", "mallory") as made:
+    with unix_users("ada", "ben", "mallory", "teacher") as made:
         yield made
 
 
