@@ -1,9 +1,12 @@
 """Where and how long the notebooks run: device choice, PyTorch's threads and the grading budget."""
 import math
 import os
+import time
 from pathlib import Path
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from tqdm.auto import tqdm
 
 CGROUP = Path("/sys/fs/cgroup")  # where the cgroups are mounted, and this process's own line(s) of them
 PROC_CGROUP = Path("/proc/self/cgroup")
@@ -94,13 +97,116 @@ def _v1(folder):
         return None
 
 
-def fit_threads(say=print, **where):
-    """Use no more PyTorch threads than the CPUs this process may use (never more than it had); say so when lowering."""
+# ---------------------------------------------------------------- PyTorch's threads
+
+WINDOW = 1.0  # seconds of training between two looks at the CPUs
+SPARE = 0.25  # a CPU counts as free while other work uses less than this much of it
+SETTING = "SEQCOURSE_THREADS"  # auto (the default), a number of threads, or torch: PyTorch's own choice, untouched
+
+
+def threads_for(usable, others):
+    """PyTorch threads to train with on `usable` CPUs of which other work lately used `others` CPUs' worth.
+
+    PyTorch's threads wait for each other at the end of every operation, spinning: where other work takes a
+    CPU from one of them, the rest spin until it is back, and a small model's step gets 4 to 20 times slower,
+    while a single thread just shares its CPU (benchmarks/bench_threads.py). So: the CPUs the others leave.
+    """
+    return max(1, min(usable, math.floor(usable - others + SPARE)))
+
+
+def others_use(usable, wall, idle, ours):
+    """CPUs' worth of the `usable` ones that other work used over `wall` seconds in which the CPUs this
+    process may run on were idle for `idle` CPU-seconds and this process ran for `ours` CPU-seconds."""
+    return max(0.0, usable - min(usable, (idle + ours) / wall))
+
+
+def idle_seconds(cpus, stat=Path("/proc/stat")):
+    """CPU-seconds that the CPUs numbered `cpus` have been idle since boot (idle and iowait; a virtual machine's
+    stolen time counts as other work), or None where /proc/stat cannot tell."""
+    try:
+        lines = stat.read_text().splitlines()
+        idle = {}
+        for line in lines:
+            name, *ticks = line.split()
+            if name[3:].isdigit() and name.startswith("cpu"):
+                idle[int(name[3:])] = int(ticks[3]) + int(ticks[4])
+        return sum(idle[c] for c in cpus) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, KeyError):
+        return None
+
+
+class Threads:
+    """PyTorch's threads, looked at again after an optimizer step once every WINDOW seconds of training:
+    the CPUs this process may use (`most`), less those that other work lately took (threads_for).
+
+    Installed as a hook on every optimizer's step, so that it follows the notebooks' own training loops as
+    well as the commands'; a training run that starts on a busy machine trains at most its first WINDOW
+    seconds on too many threads. Threads that someone else set (torch.set_num_threads) it leaves alone.
+    `clock`, `cputime` (this process's CPU seconds) and `idle` (idle_seconds of the CPUs) are the
+    machine's, replaced in the tests.
+    """
+
+    def __init__(self, most, cpus, say=print, clock=time.perf_counter, cputime=time.process_time, idle=idle_seconds):
+        self.most, self.cpus, self.say, self.said = most, cpus, say, False
+        self.clock, self.cputime, self.idle = clock, cputime, idle
+        self.last, self.chosen = self.reading(), most
+
+    def reading(self):
+        return self.clock(), self.cputime(), self.idle(self.cpus)
+
+    def __call__(self, *_):  # optimizer, args, kwargs
+        if self.clock() - self.last[0] < WINDOW:
+            return
+        (then, ours0, idle0), (now, ours1, idle1) = self.last, self.reading()
+        self.last = (now, ours1, idle1)
+        if idle0 is None or idle1 is None or now - then > 10 * WINDOW:  # no /proc/stat, or a pause between two runs
+            return
+        others = others_use(self.most, now - then, idle1 - idle0, ours1 - ours0)
+        wanted, have = threads_for(self.most, others), torch.get_num_threads()
+        if have != self.chosen:  # set by someone else (torch.set_num_threads in a notebook): theirs to choose
+            return
+        if wanted != have:
+            torch.set_num_threads(wanted)
+            self.chosen = wanted
+            if wanted < have and not self.said:
+                self.said = True
+                self.say(f"PyTorch threads: {wanted} instead of {have} while other work uses these CPUs ({others:.1f} of "
+                         f"{self.most} lately): threads that wait for each other would train several "
+                         "times slower. It goes back up when they are free.")
+
+
+def fit_threads(say=None, setting=None, **where):
+    """The course's thread policy, applied once per process when course_lib is imported.
+
+    Under a grader (grading()) one thread: the checks and the graders' few training steps run as fast on
+    one, and several kernels share the CPUs. Elsewhere no more threads than the CPUs this process may use
+    (its affinity and CPU quota; never more than it had), said when it lowers them, and while a model trains,
+    fewer where other work takes some of them (Threads). `setting`: $SEQCOURSE_THREADS, a number of threads
+    or `torch` (PyTorch's own choice: the benchmarks' baseline); returns the Threads hook or None.
+    """
+    say = say or tqdm.write  # between a progress bar's updates, not inside its line
+    setting = (os.environ.get(SETTING, "auto") if setting is None else setting).strip().lower()
+    if setting not in ("auto", "torch") and not (setting.isdigit() and int(setting) > 0):
+        say(f"{SETTING}={setting!r} is not auto, torch or a number of threads above 0: the course chooses them (auto)")
+        setting = "auto"
+    if setting == "torch":
+        return None
+    if setting.isdigit():
+        torch.set_num_threads(int(setting))
+        return None
+    if grading():
+        torch.set_num_threads(1)
+        return None
     have, usable = torch.get_num_threads(), usable_cpus(**where)
     if usable < have:
         torch.set_num_threads(usable)
         say(f"PyTorch threads: {usable} instead of {have}, the CPUs this process may use (its CPU affinity and cgroup quota)")
-    return torch.get_num_threads()
+    most = torch.get_num_threads()
+    if most == 1 or not hasattr(os, "sched_getaffinity"):
+        return None
+    hook = Threads(most, sorted(os.sched_getaffinity(0)), say)
+    hook.handle = register_optimizer_step_post_hook(hook)
+    return hook
 
 
 def unfinished(error):

@@ -12,6 +12,7 @@ import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from conftest import ROOT
 from course_lib import runtime
@@ -72,12 +73,13 @@ def test_a_quota_on_a_parent_group_counts(tmp_path):
 def test_fit_threads_lowers_and_says_so_once_and_never_raises(tmp_path, threads):
     torch.set_num_threads(2)
     said = []
-    assert runtime.fit_threads(said.append, **cgroups(tmp_path, v2=1)) == 1
+    assert runtime.fit_threads(said.append, setting="auto", **cgroups(tmp_path, v2=1)) is None  # one thread: nothing to adjust
     assert torch.get_num_threads() == 1
     assert len(said) == 1 and said[0].startswith("PyTorch threads: 1 instead of 2") and "quota" in said[0]
     torch.set_num_threads(1)
     said.clear()
-    assert runtime.fit_threads(said.append, **cgroups(tmp_path / "b")) == 1 and said == []  # more CPUs: it leaves them be
+    assert runtime.fit_threads(said.append, setting="auto", **cgroups(tmp_path / "b")) is None  # more CPUs: it leaves them be
+    assert torch.get_num_threads() == 1 and said == []
 
 
 def test_importing_the_course_fits_the_threads(tmp_path):
@@ -90,6 +92,180 @@ def test_importing_the_course_fits_the_threads(tmp_path):
                          env=dict(os.environ, OMP_NUM_THREADS="2"))
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == ["PyTorch threads: 1 instead of 2, the CPUs this process may use (its CPU affinity and cgroup quota)", "1"]
+
+
+# ---------------------------------------------------------------- other work on the same CPUs
+
+
+@pytest.mark.parametrize("usable, others, threads", [
+    (2, 0.0, 2),   # a quiet machine: every CPU
+    (2, 0.2, 2),   # a terminal, a browser tab: under SPARE of a CPU is still free
+    (2, 0.6, 1),   # a video call on one of two CPUs
+    (2, 1.3, 1),   # two CPU-bound processes beside one thread of ours: it holds 2/3 of a CPU, and waits for nobody
+    (2, 2.0, 1),   # never none
+    (8, 2.0, 6),   # what the others leave
+    (8, 0.0, 8),
+    (1, 0.0, 1),
+])
+def test_the_threads_are_the_cpus_other_work_leaves(usable, others, threads):
+    assert runtime.threads_for(usable, others) == threads
+
+
+def test_other_work_is_what_is_neither_idle_nor_ours():
+    assert runtime.others_use(2, wall=1.0, idle=0.0, ours=2.0) == 0.0  # our two threads on both CPUs
+    assert runtime.others_use(2, wall=2.0, idle=2.0, ours=2.0) == 0.0  # one thread, the other CPU idle
+    assert runtime.others_use(2, wall=1.0, idle=0.0, ours=0.67) == pytest.approx(1.33)  # beside two busy loops
+    assert runtime.others_use(2, wall=1.0, idle=30.0, ours=1.0) == 0.0  # a quota of 2 on a big, idle node
+
+
+def proc_stat(tmp_path, idle):
+    """A /proc/stat whose CPUs have been idle for idle[cpu] ticks (and iowait 1 tick each)."""
+    lines = ["cpu  100 0 50 %d 3 0 0 0 0 0" % (sum(idle.values()) + len(idle))]
+    lines += [f"cpu{cpu} 10 0 5 {ticks} 1 0 0 7 0 0" for cpu, ticks in idle.items()]
+    lines += ["intr 1 2 3", "ctxt 12345", "procs_running 3"]
+    path = tmp_path / "stat"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_idle_seconds_counts_only_the_cpus_this_process_may_use(tmp_path):
+    hz = os.sysconf("SC_CLK_TCK")
+    stat = proc_stat(tmp_path, {0: 99, 1: 199, 2: 10_000})
+    assert runtime.idle_seconds([0, 1], stat) == pytest.approx((100 + 200) / hz)
+    assert runtime.idle_seconds([0, 5], stat) is None  # a CPU it does not list: no reading, no guess
+    assert runtime.idle_seconds([0], tmp_path / "missing") is None  # not Linux
+    assert runtime.idle_seconds([0, 1]) is not None  # this machine's
+
+
+class Machine:
+    """A clock, this process's CPU seconds and the idle CPU-seconds of two CPUs, moved on by the test."""
+
+    def __init__(self):
+        self.now, self.ours, self.idle = 100.0, 5.0, 1000.0
+
+    def run(self, seconds, ours, idle):  # `ours` and `idle` in CPUs, over `seconds`
+        self.now += seconds
+        self.ours += ours * seconds
+        self.idle += idle * seconds
+
+
+@pytest.fixture
+def machine(threads):
+    """A faked machine, and this process's own hook (importing course_lib installed it) off meanwhile: this
+    machine's load is not the test's."""
+    import course_lib
+
+    live = course_lib._threads
+    if live:
+        live.handle.remove()
+    torch.set_num_threads(2)
+    m, said = Machine(), []
+    yield m, runtime.Threads(2, [0, 1], said.append, clock=lambda: m.now, cputime=lambda: m.ours, idle=lambda cpus: m.idle), said
+    if live:
+        live.handle = register_optimizer_step_post_hook(live)
+
+
+def test_training_beside_other_work_drops_to_one_thread_says_so_once_and_comes_back(machine):
+    m, hook, said = machine
+    m.run(0.5, ours=2, idle=0)
+    hook()  # under a WINDOW since the last look: nothing read
+    assert torch.get_num_threads() == 2 and hook.last[0] == 100.0
+    m.run(0.6, ours=2, idle=0)  # a quiet second on both threads
+    hook()
+    assert torch.get_num_threads() == 2 and said == []
+    m.run(1.0, ours=1.0, idle=0)  # two busy loops start: our two threads get a CPU's worth
+    hook()
+    assert torch.get_num_threads() == 1
+    assert len(said) == 1 and said[0].startswith("PyTorch threads: 1 instead of 2 while other work uses these CPUs (1.0 of 2")
+    m.run(1.0, ours=0.67, idle=0)  # one thread beside them: they take 1.33 CPUs
+    hook()
+    assert torch.get_num_threads() == 1
+    m.run(1.0, ours=1.0, idle=1.0)  # they stop: the other CPU sits idle
+    hook()
+    assert torch.get_num_threads() == 2
+    m.run(1.0, ours=1.2, idle=0)  # and start again: down once more, without a second message
+    hook()
+    assert torch.get_num_threads() == 1 and len(said) == 1
+
+
+def test_a_pause_between_two_runs_is_not_read_as_other_work(machine):
+    m, hook, said = machine
+    m.run(600.0, ours=0.0, idle=0.5)  # a student reading between two cells, with a CPU-bound process gone by now
+    hook()
+    assert torch.get_num_threads() == 2 and said == [] and hook.last[0] == m.now  # it measures afresh from here
+    m.run(1.0, ours=2.0, idle=0.0)
+    hook()
+    assert torch.get_num_threads() == 2
+
+
+def test_threads_the_learner_set_are_theirs(machine):
+    m, hook, said = machine
+    torch.set_num_threads(3)  # torch.set_num_threads(3) in a notebook cell
+    m.run(1.0, ours=1.0, idle=0)
+    hook()
+    assert torch.get_num_threads() == 3 and said == []
+
+
+def test_without_proc_stat_the_threads_stay(threads):
+    torch.set_num_threads(2)
+    now = [0.0]
+    hook = runtime.Threads(2, [0, 1], pytest.fail, clock=lambda: now[0], cputime=lambda: 0.0, idle=lambda cpus: None)
+    now[0] = 2.0
+    hook()
+    assert torch.get_num_threads() == 2
+
+
+def test_the_hook_follows_every_optimizers_steps(machine):
+    """A notebook's own training loop: the hook runs after optimizer.step(), in the thread that trains."""
+    m, hook, said = machine
+    handle = register_optimizer_step_post_hook(hook)
+    try:
+        w = torch.nn.Parameter(torch.ones(3))
+        optimizer = torch.optim.SGD([w], lr=0.1)
+        m.run(1.5, ours=0.8, idle=0.0)
+        w.sum().backward()
+        optimizer.step()
+    finally:
+        handle.remove()
+    assert torch.get_num_threads() == 1 and len(said) == 1
+
+
+def test_under_a_grader_one_thread_and_no_hook(monkeypatch, threads):
+    torch.set_num_threads(2)
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    said = []
+    assert runtime.fit_threads(said.append, setting="auto") is None
+    assert torch.get_num_threads() == 1 and said == []
+
+
+@pytest.mark.parametrize("setting, threads_after, hook", [("3", 3, False), ("torch", 2, False), ("auto", 2, True)])
+def test_the_setting_fixes_the_threads_or_leaves_them_to_pytorch(monkeypatch, threads, setting, threads_after, hook):
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.delenv("AUTOGRADER_QUICK", raising=False)
+    monkeypatch.setattr(runtime, "usable_cpus", lambda **where: 2)
+    torch.set_num_threads(2)
+    installed = runtime.fit_threads([].append, setting=setting)
+    try:
+        assert torch.get_num_threads() == threads_after and (installed is not None) == hook
+    finally:
+        if installed:
+            installed.handle.remove()
+
+
+def test_a_setting_that_is_not_one_is_named_and_the_course_chooses(monkeypatch, threads):
+    monkeypatch.setenv("AUTOGRADER_QUICK", "1")
+    said = []
+    assert runtime.fit_threads(said.append, setting="lots") is None
+    assert said == ["SEQCOURSE_THREADS='lots' is not auto, torch or a number of threads above 0: the course chooses them (auto)"]
+    assert torch.get_num_threads() == 1
+
+
+def test_a_grading_kernel_imports_the_course_on_one_thread():
+    code = "import torch; torch.set_num_threads(2); import course_lib; print(torch.get_num_threads())"
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, OMP_NUM_THREADS="2", NBGRADER_EXECUTION="autograde"))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["1"]
 
 
 # ---------------------------------------------------------------- a stub not done yet

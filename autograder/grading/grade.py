@@ -35,7 +35,6 @@ from pathlib import Path
 from autograder.grading import csp, gradebook, ids, intake, limits, nbgrader_jobs, sandbox, views
 from autograder.course import CourseError, assignments, digest, find_root, sqlite_url, tool_env
 from autograder.nbgrader_api import api_for, generate_assignments
-from course_lib import runtime
 
 STATE = ".autograder"
 
@@ -202,7 +201,7 @@ class Grader:
                         raise CourseError(f"nbgrader could not put {name} into {self.course / 'gradebook.db'}:\n{log[-3000:]}")
                     known[name] = self.fingerprint(name)
 
-    def _start_worker(self, index, items, jobs):
+    def _start_worker(self, index, items):
         """A worker for `items`: (process, its log, the read end of its results pipe, its token)."""
         token = secrets.token_hex(16)
         read, write = os.pipe()
@@ -220,9 +219,6 @@ class Grader:
         env = tool_env()
         if not self.sandboxed:
             env[sandbox.NO_SANDBOX] = "1"
-        # J kernels at a time share the CPUs this process may use (its affinity and cgroup quota, not the
-        # node's core count); more threads each only fight
-        env.setdefault("OMP_NUM_THREADS", str(max(1, runtime.usable_cpus() // jobs)))
         try:
             proc = subprocess.Popen(
                 self.worker_command(jobfile), cwd=self.course, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -317,7 +313,7 @@ class Grader:
         events, workers, limit = queue.Queue(), {}, self.deadline()
 
         def start(i, share):
-            proc, log, results, token = self._start_worker(i, [[s, a, str(self.own_gradebook(s, a))] for s, a in share], len(shares))
+            proc, log, results, token = self._start_worker(i, [[s, a, str(self.own_gradebook(s, a))] for s, a in share])
             threading.Thread(target=_read_results, args=(i, proc, results, token, events), daemon=True).start()
             workers[i] = _Worker(proc, log, token, list(share), time.monotonic())
 
