@@ -125,8 +125,10 @@ class Sandbox:
 
     def __init__(self, view, folder, cases, limits, hide=(), sandboxed=True):
         self.view, self.folder, self.limits, self.hide, self.sandboxed, self.cgroups = view, Path(folder), limits, hide, sandboxed, []
-        self.grading = Path(tempfile.mkdtemp(prefix="autograder-sandbox-"))  # the host's side of /grading
-        os.chmod(self.grading, 0o755)
+        # the host's side of /grading: the hidden cases and the oracle's socket, the grader's alone (mkdtemp's 0700; the
+        # kernel reaches them as the grader's user, which its user namespace maps it to)
+        _remove_stale(Path(tempfile.gettempdir()))
+        self.grading = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
         (self.grading / "cases.pt").write_bytes(cases)
         (self.grading / "passwd").write_text(f"student:x:{UID}:{UID}:student:{TMP / 'home'}:/bin/sh\n")
         # without the sandbox, its folders are the host's, under the same names
@@ -179,6 +181,20 @@ class Sandbox:
         for group in self.cgroups:
             _remove_cgroup(group)
         shutil.rmtree(self.grading, ignore_errors=True)
+
+
+PREFIX = "autograder-sandbox-"  # then the grading process's pid
+
+
+def _remove_stale(top):
+    """The /grading folders under `top` that a grader killed mid-submission left (its pid is gone), if they are ours."""
+    for stale in top.glob(f"{PREFIX}*-*"):
+        pid = stale.name[len(PREFIX):].split("-")[0]
+        try:
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}") and stale.lstat().st_uid == os.geteuid():
+                shutil.rmtree(stale, ignore_errors=True)
+        except OSError:
+            pass
 
 
 def _cgroups(wanted):

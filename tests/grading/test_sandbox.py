@@ -5,6 +5,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -80,6 +81,49 @@ def test_the_sandbox_holds_only_what_a_student_has(tmp_path):
     assert "AUTOGRADER_CASES" in found["environment"] and "HOME" in found["environment"]
     with pytest.raises(socket.timeout):
         listener.accept()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("setpriv"),
+                    reason="needs root, useradd and setpriv: a classmate is a Unix account of their own")
+def test_a_classmate_on_the_grading_machine_reaches_neither_the_hidden_cases_nor_the_graders_socket(tmp_path):
+    """While a submission is graded, the host's side of its /grading holds the hidden cases and the socket that
+    serves the reference's answers: another account on the machine (a student's shell on a JupyterHub node) can
+    neither read the one nor connect to the other."""
+    from test_exchange import as_user, unix_users
+
+    folder = tmp_path / "submitted" / "eve" / NAME
+    folder.mkdir(parents=True)
+    box = sandbox.Sandbox(None, folder, verdict.cases_for(NAME), limits.load(ROOT), sandboxed=False)
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(box.oracle_socket))
+        server.listen()
+        with unix_users("mallory") as accounts:
+            read = as_user(accounts["mallory"], ["/usr/bin/python3", "-c", "import sys; open(sys.argv[1], 'rb').read(1)",
+                                                 box.grading / "cases.pt"], cwd="/")
+            connect = as_user(accounts["mallory"], ["/usr/bin/python3", "-c", "import socket, sys; "
+                              "socket.socket(socket.AF_UNIX).connect(sys.argv[1])", box.oracle_socket], cwd="/")
+        assert read.returncode != 0 and "PermissionError" in read.stderr, read.stderr
+        assert connect.returncode != 0 and "PermissionError" in connect.stderr, connect.stderr
+        assert (box.grading.stat().st_mode & 0o777) == 0o700 and box.grading.stat().st_uid == os.geteuid()
+    finally:
+        server.close()
+        box.close()
+
+
+def test_a_killed_graders_grading_folder_goes_with_the_next_sandbox(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    stale, alive, other = (tmp_path / f"{sandbox.PREFIX}{dead}-x", tmp_path / f"{sandbox.PREFIX}{os.getppid()}-y", tmp_path / "autograder-sandbox-old")
+    for folder in (stale, alive, other):
+        folder.mkdir()
+        (folder / "cases.pt").write_bytes(b"hidden")
+    folder = tmp_path / "submitted" / "eve" / NAME
+    folder.mkdir(parents=True)
+    box = sandbox.Sandbox(None, folder, verdict.cases_for(NAME), limits.load(ROOT), sandboxed=False)
+    box.close()
+    assert not stale.exists() and alive.exists() and other.exists()  # a live grader's, and what it cannot tell, stay
+    assert not box.grading.exists()
 
 
 def test_a_notebooks_view_has_the_student_side_and_none_of_its_exercises():
