@@ -186,12 +186,19 @@ class Sandbox:
 PREFIX = "autograder-sandbox-"  # then the grading process's pid
 
 
+def _orphans(top, prefix):
+    """What a grader killed mid-submission left under `top`: the entries named prefix<pid>-... whose pid is gone."""
+    for path in top.glob(f"{prefix}*-*"):
+        pid = path.name[len(prefix):].split("-")[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            yield path
+
+
 def _remove_stale(top):
-    """The /grading folders under `top` that a grader killed mid-submission left (its pid is gone), if they are ours."""
-    for stale in top.glob(f"{PREFIX}*-*"):
-        pid = stale.name[len(PREFIX):].split("-")[0]
+    """The /grading folders under `top` that killed graders left, those of this user."""
+    for stale in _orphans(top, PREFIX):
         try:
-            if pid.isdigit() and not os.path.exists(f"/proc/{pid}") and stale.lstat().st_uid == os.geteuid():
+            if stale.lstat().st_uid == os.geteuid():
                 shutil.rmtree(stale, ignore_errors=True)
         except OSError:
             pass
@@ -206,9 +213,8 @@ def _cgroups(wanted):
         root = Path(CGROUPS, controller)
         if not os.access(root, os.W_OK):
             continue
-        for stale in root.glob("autograder-*"):  # left by a grader that was killed: its sandbox died with it
-            if not os.path.exists(f"/proc/{stale.name.split('-')[1]}"):
-                _remove_cgroup(stale, wait=0)
+        for stale in _orphans(root, "autograder-"):  # its sandbox died with it
+            _remove_cgroup(stale, wait=0)
         group = tempfile.mkdtemp(prefix=f"autograder-{os.getpid()}-", dir=root)
         for name, value in settings.items():
             if Path(group, name).exists():
