@@ -3,6 +3,8 @@
 # make test-browser    JupyterLab in headless Chromium (apt-get install chromium); screenshots in test-artifacts/
 # make lab             JupyterLab on notebooks/, as a student (no nbgrader instructor tools)
 # make lab-instructor  JupyterLab on the course, with nbgrader's formgrader, course list and create-assignment
+# make hub             a class on this machine through a real JupyterHub (as root): an instructor and 3 students
+#                      as Unix accounts, nbgrader's exchange, CPU and memory limits (HUB_ARGS="--students 10")
 # make site            the course as a static HTML site, solutions hidden, in site/_build/html
 #                      (runs every notebook in full; COURSE_SITE_QUICK=1 make site: the grading budget, minutes)
 PYTHON ?= python3
@@ -11,7 +13,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PIP    := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: install test test-fast test-browser demo lab lab-instructor release site clean
+.PHONY: install test test-fast test-browser demo lab lab-instructor hub release site clean
 
 install: $(STAMP)
 
@@ -20,7 +22,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt torch
-	$(PIP) install -q -c constraints.txt -e ".[grading,lab,dev,browser,site,tests]"
+	$(PIP) install -q -c constraints.txt -e ".[grading,lab,dev,browser,site,tests,hub]"
 	touch $(STAMP)
 
 # Two workers, each file's tests on one (tests/conftest.py); then, alone, the tests that train for a
@@ -52,6 +54,9 @@ lab: $(STAMP)
 
 lab-instructor: $(STAMP)
 	$(BIN)/python -m autograder.lab instructor .
+
+hub: $(STAMP)
+	$(BIN)/python -m autograder.hub $(HUB_ARGS)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache gradebook.db test-artifacts

@@ -1,4 +1,4 @@
-"""python -m autograder {check, progress, release, grade, demo}"""
+"""python -m autograder {check, progress, release, grade, merge, demo}"""
 import argparse
 import faulthandler
 import importlib.util
@@ -17,6 +17,8 @@ COMMANDS = """commands:
   python -m autograder release                       generate notebooks/ from solutions/ (instructors)
   python -m autograder release --student-dist DIR    the notebooks and their checks for a class, without solutions
   python -m autograder grade COURSE [--jobs N]       autograde COURSE/submitted/ with nbgrader, sandboxed (instructors)
+  python -m autograder grade COURSE --shard K/N      grade only shard K of N of the class, on one of N nodes
+  python -m autograder merge COURSE SHARD...         take graded shards' results into COURSE's gradebook and grades.csv
   python -m autograder demo                          the instructor pipeline on example submissions
 """ if INSTRUCTOR else "")
 
@@ -61,6 +63,12 @@ def add_instructor_commands(sub):
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-sandbox", action="store_true", help="grade without the sandbox, where bubblewrap cannot run: the "
                    "learners' code runs with your rights and can read the reference. For your own trusted work only, never a class")
+    p.add_argument("--shard", metavar="K/N", help="grade only shard K of N (1 <= K <= N): the students whose id's sha256 "
+                   "falls there, the same split on every node; then `merge` the N course folders")
+
+    p = sub.add_parser("merge", help="take the results of courses graded with --shard into COURSE")
+    p.add_argument("course", metavar="COURSE", help="the course folder that gets the grades (holding submitted/)")
+    p.add_argument("shards", nargs="+", metavar="SHARD_COURSE", help="course folders graded with `grade --shard K/N`")
 
     p = sub.add_parser("demo", help="grade the example submissions in a temporary course folder")
     p.add_argument("--jobs", "-j", type=int, default=2)
@@ -95,10 +103,12 @@ def run(args):
     if args.command == "grade":
         from autograder.grading.demo import summary
         from autograder.grading.grade import Grader
+        from autograder.grading.shard import parse
 
         if args.jobs < 1:
             raise CourseError("--jobs must be at least 1")
-        grader = Grader(args.course, sandboxed=not args.no_sandbox)
+        shard = parse(args.shard) if args.shard is not None else None  # before anything is graded
+        grader = Grader(args.course, sandboxed=not args.no_sandbox, shard=shard)
         if hasattr(signal, "SIGUSR1"):  # `kill -USR1` prints where every thread of grade is, to diagnose a stuck run
             faulthandler.register(signal.SIGUSR1, all_threads=True)
         try:
@@ -107,12 +117,21 @@ def run(args):
             print("\nstopped: every grading process has ended; what was graded is kept, and `grade` again goes on from there",
                   file=sys.stderr)
             return 130
-        print(f"graded {len(graded)}, unchanged {len(skipped)}, failed {len(failed)}")
+        print(f"graded {len(graded)}, unchanged {len(skipped)}, failed {len(failed)}" + (f" (shard {shard})" if shard else ""))
         print(summary(grader.course))
         print(f"\ngrades: {grader.course / 'grades.csv'}   feedback: {grader.course / 'feedback'}")
         if failed:
             print(f"{len(failed)} submission(s) got 0 because they could not be graded: see {grader.course / 'grading_problems.csv'}")
         # 0 once every submission has its grade, zeros for the ungradable included
+        return 0
+    if args.command == "merge":
+        from autograder.grading.demo import summary
+        from autograder.grading.shard import merge
+
+        merged = merge(args.course, args.shards)
+        print(summary(args.course))
+        print(f"\nmerged {len(merged)} student(s) from {len(args.shards)} shard(s) into {args.course}: grades.csv, "
+              "gradebook.db, autograded/ and feedback/")
         return 0
     if args.command == "demo":
         from autograder.grading.demo import demo

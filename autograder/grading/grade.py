@@ -99,16 +99,20 @@ def course_dir_for(path):
 
 class Grader:
     """`sandboxed=False` grades without the sandbox (autograder.grading.sandbox), for trusted work only:
-    every submission it grades says so in grading_problems.csv."""
+    every submission it grades says so in grading_problems.csv. `shard` (autograder.grading.shard.Shard)
+    grades only its students, for one of several nodes that grade a class together."""
 
-    def __init__(self, course, root=None, log=print, sandboxed=True):
+    def __init__(self, course, root=None, log=print, sandboxed=True, shard=None):
         self.course = course_dir_for(course)
         self.root = Path(root) if root else find_root()
         self.state = self.course / STATE
         self.known = assignments(self.root)
         self.log = log
         self.sandboxed = sandboxed
+        self.shard = shard
+        self.elsewhere = 0  # student folders left to the other shards
         self.limits = limits.load(self.root)
+        os.environ.update(tool_env())  # nbgrader runs `alembic` from PATH when it creates a gradebook (a shard's may be empty)
         self.refused = {}  # (student, assignment): why autograder.grading.intake refused it
         self.unnamed = {}  # (student, folder) as shown: why a folder under submitted/ has no name to grade under
 
@@ -140,6 +144,9 @@ class Grader:
         found, strays, fingerprints = {}, {}, {}
         for student_dir in sorted((self.course / "submitted").iterdir()):
             if student_dir.name.startswith(".") or not student_dir.is_dir():
+                continue
+            if self.shard and not self.shard.has(student_dir.name):  # another node's, by the name alone
+                self.elsewhere += 1
                 continue
             if student_dir.is_symlink():  # nothing of it is read: its target may be anywhere
                 self.log(f"submitted/{intake.shown(student_dir.name)} is a link, not a folder: not graded")
@@ -256,9 +263,10 @@ class Grader:
             sandbox.require()  # before anything is graded
         self.state.mkdir(parents=True, exist_ok=True)
         subs, strays = self.submissions()
-        if not subs and not strays and not self.unnamed:
+        if not subs and not strays and not self.unnamed and not self.elsewhere:
             raise CourseError(f"no submissions found under {self.course / 'submitted'}")
         manifest = self.load_manifest()
+        manifest["shard"] = str(self.shard or "1/1")  # whom this course's results speak for (autograder.grading.shard.merge)
         done = manifest.setdefault("graded", {})
         problems = manifest.setdefault("problems", {})  # graded 0: nbgrader could not grade it
         notes = manifest.setdefault("notes", {})  # graded, but the instructor should know

@@ -161,7 +161,7 @@ class Sandbox:
             inner = ["env"] + [f"{k}={v}" for k, v in sorted(env.items())]
         rlimits = [f"--as={lim.memory_mb * 2**20}", f"--cpu={lim.cpu_seconds}", f"--fsize={lim.scratch_mb * 2**20}"]
         if os.geteuid() == 0:  # root ignores RLIMIT_NPROC: a pids cgroup of its own limits the sandbox instead
-            self.cgroups = _cgroups({"pids": {"pids.max": lim.processes},
+            self.cgroups = make_cgroups({"pids": {"pids.max": lim.processes},
                                      "memory": {"memory.limit_in_bytes": lim.sandbox_memory_mb * 2**20,
                                                 "memory.memsw.limit_in_bytes": lim.sandbox_memory_mb * 2**20}})
         else:  # counts every process of this user: leave room for those already running
@@ -179,7 +179,7 @@ class Sandbox:
 
     def close(self):
         for group in self.cgroups:
-            _remove_cgroup(group)
+            remove_cgroup(group)
         shutil.rmtree(self.grading, ignore_errors=True)
 
 
@@ -204,18 +204,19 @@ def _remove_stale(top):
             pass
 
 
-def _cgroups(wanted):
+def make_cgroups(wanted, prefix="autograder-"):
     """As root, for {controller: {file: value}}: a cgroup of the sandbox's own under each controller whose
     hierarchy is writable, with those settings (a setting the kernel lacks, swap's on a machine without
-    it, is left out). Its memory group counts the sandbox's tmpfs too: what its processes and files hold."""
+    it, is left out). Its memory group counts the sandbox's tmpfs too: what its processes and files hold.
+    The name carries this process's pid: groups left by a process that is gone are removed first."""
     groups = []
     for controller, settings in wanted.items():
         root = Path(CGROUPS, controller)
         if not os.access(root, os.W_OK):
             continue
-        for stale in _orphans(root, "autograder-"):  # its sandbox died with it
-            _remove_cgroup(stale, wait=0)
-        group = tempfile.mkdtemp(prefix=f"autograder-{os.getpid()}-", dir=root)
+        for stale in _orphans(root, prefix):  # its sandbox died with it
+            remove_cgroup(stale, wait=0)
+        group = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=root)
         for name, value in settings.items():
             if Path(group, name).exists():
                 Path(group, name).write_text(str(value))
@@ -223,8 +224,8 @@ def _cgroups(wanted):
     return groups
 
 
-def _remove_cgroup(group, wait=5.0):
-    """Remove a cgroup once the sandbox's processes, which die with its pid namespace, have gone."""
+def remove_cgroup(group, wait=5.0):
+    """Remove a cgroup once its processes (a sandbox's die with its pid namespace) have gone."""
     deadline = time.time() + wait
     while True:
         try:

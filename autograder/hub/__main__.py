@@ -1,0 +1,109 @@
+"""`make hub`: a class on this machine through a real JupyterHub, on http://127.0.0.1:PORT/ (as root).
+
+    python -m autograder.hub [--students N] [--port 8000] [--cpu 1] [--mem 3G] [--state /srv/seqcourse-hub]
+
+Makes (the first time) or reuses (later) the class: an instructor and N students as Unix accounts, their
+environments, nbgrader's exchange and the hub's proxy (autograder/hub/classroom.py); prints where to log in and
+as whom; runs the hub until Ctrl-C, which stops it and every server it started.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from autograder.grading.sandbox import CGROUPS, remove_cgroup
+from autograder.hub import classroom
+from autograder.hub.spawner import CGROUP_PREFIX, TRIAL, stop_all
+
+CONFIG = Path(__file__).with_name("jupyterhub_config.py")
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(prog="python -m autograder.hub", description=__doc__.splitlines()[0])
+    p.add_argument("--students", type=int, default=3, help="students in the class (default 3; more can be added later)")
+    p.add_argument("--port", type=int, default=8000, help="the hub's port on 127.0.0.1 (default 8000)")
+    p.add_argument("--cpu", type=float, default=1.0, help="CPUs each user's server may use (default 1)")
+    p.add_argument("--mem", default="3G", help="memory each user's server may use (default 3G)")
+    p.add_argument("--state", default="/srv/seqcourse-hub", help="the class's folder (default /srv/seqcourse-hub)")
+    p.add_argument("--prefix", default="seq-", help="the accounts' names begin with this (default seq-)")
+    p.add_argument("--home-base", default="/home", help="the accounts' homes are made under this (default /home)")
+    p.add_argument("--prepare-only", action="store_true", help="make the class, print the logins, start no hub")
+    args = p.parse_args(argv)
+    if not 1 <= args.students <= 500:
+        p.error("--students must be between 1 and 500")
+    if not 0 < args.cpu <= os.cpu_count():
+        p.error(f"--cpu must be above 0 and at most this machine's {os.cpu_count()} CPUs")
+    return args
+
+
+def logins(room, port):
+    """The table `make hub` prints: where, who, password, role."""
+    rows = [f"JupyterHub for the class: http://127.0.0.1:{port}/", TRIAL, ""]
+    rows += [f"  {user:<24} {room.passwords[user]:<16} {room.role(user)}" for user in room.users]
+    return "\n".join(rows)
+
+
+def hub_env(room, args):
+    """The hub's settings (jupyterhub_config.py); its own and its proxy's API on ports free now, not 8081 and 8001."""
+    return os.environ | {"SEQCOURSE_HUB_STATE": str(room.state), "SEQCOURSE_HUB_PORT": str(args.port),
+                         "SEQCOURSE_HUB_CPU": str(args.cpu), "SEQCOURSE_HUB_MEM": args.mem,
+                         "SEQCOURSE_HUB_API_PORT": str(free_port()), "SEQCOURSE_HUB_PROXY_PORT": str(free_port())}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def leftovers(hub_pid):
+    """Every process still in a cgroup the hub made, killed, and the groups removed."""
+    for controller in ("cpu", "memory"):
+        for group in Path(CGROUPS, controller).glob(f"{CGROUP_PREFIX}{hub_pid}-*"):
+            stop_all(group)
+            remove_cgroup(group)
+
+
+def stop_with_parent():
+    """In the hub's process, before it starts: SIGTERM when this command dies, even by `kill -9`, so that no hub
+    outlives it (JupyterHub stops its servers and its proxy on SIGTERM)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux
+
+
+def main(argv=None):
+    args = parse(sys.argv[1:] if argv is None else argv)
+    try:
+        room = classroom.prepare(args.state, args.students, args.prefix, args.home_base)
+    except classroom.ClassError as e:
+        sys.exit(f"make hub: {e}")
+    print(logins(room, args.port), flush=True)
+    if args.prepare_only:
+        return
+    print("\nCtrl-C stops the hub and every server it started.", flush=True)
+    # in a session of its own, so that Ctrl-C reaches this process alone, which asks the hub once to stop
+    hub = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(CONFIG)], cwd=room.hub_dir,
+                           env=hub_env(room, args), start_new_session=True, preexec_fn=stop_with_parent)
+    stop = lambda *_: hub.poll() is None and hub.send_signal(signal.SIGTERM)  # noqa: E731
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        hub.wait()  # JupyterHub, told to stop, stops every user's server and its proxy, then exits
+    finally:
+        stop()
+        hub.wait()
+        leftovers(hub.pid)
+        print("The hub and every server it started have stopped.", flush=True)
+    sys.exit(0 if hub.returncode in (0, -signal.SIGINT, -signal.SIGTERM) else hub.returncode)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,307 @@
+"""What a class on this machine needs before its hub starts, made once and reused by every later start.
+
+    STATE/hub/class.json      who is in the class and their trial passwords (root's alone, 0600)
+    STATE/envs/student        the students' Python: the student distribution, JupyterLab, nbgrader, the hub's
+                              single-user server; no solutions_lib, no hidden cases, no solution notebooks
+    STATE/envs/instructor     the instructor's: the course repository (editable, with grading), the same tools
+    STATE/jupyter/ROLE        each role's Jupyter configuration (jupyter-config/ROLE, and nbgrader's exchange)
+    STATE/exchange            nbgrader's exchange, sticky and writable by all, like /tmp
+    STATE/proxy               configurable-http-proxy, the hub's proxy, from the npm registry
+    ~instructor/seqcourse     the instructor's copy of the course: what git tracks, and files it does not ignore
+
+The accounts are real Unix users, each with a home only they may enter: the exchange takes a submission's
+owner from the file system, and one student must not read another's work.
+"""
+from __future__ import annotations
+
+import dataclasses
+import grp
+import hashlib
+import json
+import os
+import pwd
+import secrets
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from autograder.course import digest, find_root
+
+COURSE = "seqcourse"  # nbgrader's course id: the exchange's folder, and the groups below
+STUDENTS = f"nbgrader-{COURSE}"  # the JupyterHub groups nbgrader's JupyterHubAuthPlugin reads
+INSTRUCTORS = f"formgrade-{COURSE}"
+PROXY = "configurable-http-proxy@4.6.3"
+ROLES = ("student", "instructor")
+DIST_SOURCES = {"autograder", "course_lib", "notebooks", "solutions", "solutions_lib", "pyproject.toml"}  # the distribution's
+
+
+class ClassError(Exception):
+    """What stops the class from being set up, said so that the person running it can act."""
+
+
+@dataclasses.dataclass
+class Classroom:
+    state: Path
+    instructor: str
+    students: list
+    passwords: dict
+    home_base: str = "/home"
+
+    @property
+    def users(self):
+        return [self.instructor, *self.students]
+
+    def role(self, user):
+        return "instructor" if user == self.instructor else "student"
+
+    def env(self, role):
+        return self.state / "envs" / role
+
+    def config(self, role):
+        return self.state / "jupyter" / role
+
+    @property
+    def exchange(self):
+        return self.state / "exchange"
+
+    @property
+    def hub_dir(self):
+        return self.state / "hub"
+
+    @property
+    def proxy(self):
+        return self.state / "proxy" / "node_modules" / ".bin" / "configurable-http-proxy"
+
+    @property
+    def course_dir(self):
+        return Path(pwd.getpwnam(self.instructor).pw_dir) / COURSE
+
+    def save(self):
+        path = self.hub_dir / "class.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"instructor": self.instructor, "students": self.students, "passwords": self.passwords,
+                       "home_base": self.home_base}, f, indent=1)
+
+    @classmethod
+    def load(cls, state):
+        state = Path(state)
+        data = json.loads((state / "hub" / "class.json").read_text())
+        return cls(state, data["instructor"], data["students"], data["passwords"], data.get("home_base", "/home"))
+
+
+def prepare(state, students=3, prefix="seq-", home_base="/home", repo=None, say=print):
+    """The class under `state`, made or brought up to date: accounts, environments, configuration, exchange, proxy."""
+    if os.geteuid() != 0:
+        raise ClassError("a class's hub creates Unix accounts and starts each user's server as that user: run it as root "
+                         "(sudo make hub)")
+    for tool in ("useradd", "npm"):
+        if not shutil.which(tool):
+            raise ClassError(f"`{tool}` is not installed: the hub needs it "
+                             + ("(Debian: apt-get install nodejs npm)" if tool == "npm" else "(Debian: package passwd)"))
+    repo = Path(repo or find_root())
+    state = Path(state)
+    for folder, mode in ((state, 0o755), (state / "envs", 0o755), (state / "jupyter", 0o755), (state / "hub", 0o700)):
+        folder.mkdir(parents=True, exist_ok=True)
+        os.chown(folder, 0, 0)
+        os.chmod(folder, mode)
+    room = _roster(state, students, prefix, home_base)
+    for user in room.users:
+        _account(user, room.home_base, say)
+    _exchange(room.exchange)
+    for role in ROLES:
+        _jupyter_config(repo, room, role)
+    _proxy(room, say)
+    _student_env(repo, room, say)
+    _instructor_course(repo, room, say)
+    _instructor_env(repo, room, say)
+    return room
+
+
+def _roster(state, students, prefix, home_base):
+    """The class of an earlier start, with students added up to `students`; or a new one."""
+    if (state / "hub" / "class.json").exists():
+        room = Classroom.load(state)
+    else:
+        room = Classroom(state, f"{prefix}teacher", [], {}, str(home_base))
+    for i in range(len(room.students) + 1, students + 1):
+        room.students.append(f"{prefix}student{i}")
+    for user in room.users:
+        if not _valid_name(user):
+            raise ClassError(f"{user!r} cannot be a Unix account and a hub user: use a --prefix of lowercase letters, "
+                             "digits and '-', starting with a letter")
+        room.passwords.setdefault(user, secrets.token_urlsafe(9))
+    room.save()
+    return room
+
+
+def _valid_name(name):
+    return 0 < len(name) <= 32 and name[0].isascii() and name[0].islower() and all(
+        c.isascii() and (c.islower() or c.isdigit() or c == "-") for c in name)
+
+
+def _account(user, home_base, say):
+    """A Unix account for `user` with a home only it may enter, made unless the class made it before. An account
+    of that name that this class did not make is refused: its files are someone else's."""
+    home = Path(home_base) / user
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        Path(home_base).mkdir(parents=True, exist_ok=True)
+        subprocess.run(["useradd", "--create-home", "--home-dir", str(home), "--shell", "/bin/bash",
+                        "--comment", f"{COURSE} hub", user], check=True, capture_output=True, text=True)
+        pw = pwd.getpwnam(user)
+        say(f"made the Unix account {user} (home {home})")
+    if pw.pw_gecos != f"{COURSE} hub":
+        raise ClassError(f"a Unix account named {user} already exists and this class did not make it: choose another "
+                         "--prefix")
+    os.chmod(pw.pw_dir, 0o700)  # Debian's useradd leaves homes readable by all
+
+
+def _exchange(root):
+    """nbgrader's exchange: everyone may create in it, no one may remove another's (sticky, as /tmp).
+    The course's release_assignment makes the inbound unlistable (autograder/grading/exchange.py)."""
+    root.mkdir(exist_ok=True)
+    os.chown(root, 0, 0)
+    os.chmod(root, 0o1777)
+
+
+def _jupyter_config(repo, room, role):
+    """jupyter-config/ROLE (which of nbgrader's tools the role sees) and the exchange, in the role's own folder."""
+    folder = room.config(role)
+    shutil.copytree(repo / "jupyter-config" / role, folder, dirs_exist_ok=True)
+    (folder / "nbgrader_config.py").write_text(
+        '"""nbgrader for the hub\'s class: the shared exchange, and who is in the course from the hub\'s groups."""\n'
+        "c = get_config()  # noqa: F821\n"
+        f"c.CourseDirectory.course_id = {COURSE!r}\n"
+        f"c.Exchange.root = {str(room.exchange)!r}\n"
+        'c.Authenticator.plugin_class = "nbgrader.auth.JupyterHubAuthPlugin"\n')
+    for path in [folder, *folder.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+
+
+def _proxy(room, say):
+    if room.proxy.exists():
+        return
+    say(f"installing the hub's proxy ({PROXY}) from the npm registry")
+    _run(["npm", "install", "--prefix", str(room.state / "proxy"), "--no-audit", "--no-fund", "--loglevel=error", PROXY])
+
+
+def _student_env(repo, room, say):
+    """The student distribution (python -m autograder release --student-dist), installed as a class gets it."""
+    shipped = [n for n in _course_files(repo) if n.split("/")[0] in DIST_SOURCES]
+    dist, source = room.state / "dist", digest(repo / name for name in shipped)
+    if _venv_current(room.env("student"), repo, [source]):
+        return
+    _run([sys.executable, "-m", "autograder", "release", "--student-dist", str(dist), "--force"], cwd=repo)
+    _venv(room.env("student"), repo, [f"{dist}[check]", "jupyterlab", "ipywidgets", "jupyterhub"], [source], say)
+
+
+def _instructor_course(repo, room, say):
+    """The instructor's copy of the course, made once: later starts keep their releases, submissions and grades."""
+    course = room.course_dir
+    if course.exists():
+        return
+    say(f"copying the course into {course}")
+    for name in _course_files(repo):
+        (course / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(repo / name, course / name)
+    _give(course, room.instructor)
+
+
+def _course_files(repo):
+    """The course's files: what git tracks and what it does not ignore, regular files only."""
+    listed = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True).stdout
+    names = [os.fsdecode(n) for n in listed.split(b"\0") if n]
+    if not names:
+        raise ClassError(f"{repo} is not a git checkout of the course: the hub copies the files git tracks")
+    return [n for n in names if (repo / n).is_file() and not (repo / n).is_symlink()]
+
+
+def _instructor_env(repo, room, say):
+    course = room.course_dir
+    _venv(room.env("instructor"), repo, ["-e", f"{course}[grading,lab]", "jupyterhub"],
+          [digest([course / "pyproject.toml"])], say)
+    _give(course, room.instructor)  # the editable install's metadata, written into the course as root
+
+
+def _venv(folder, repo, packages, inputs, say):
+    """A virtual environment at `folder` from a Python every account may run, with `packages` (pinned by the
+    course's constraints.txt), rebuilt only when `inputs` (a digest of what it installs) has changed."""
+    if _venv_current(folder, repo, inputs):
+        return
+    say(f"installing {folder} (about a minute)")
+    if not (folder / "bin" / "python").exists():
+        _run([shared_python(), "-m", "venv", str(folder)])
+    _run([str(folder / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+          "-c", str(repo / "constraints.txt"), *packages])
+    (folder / STAMP).write_text(_want(repo, inputs))
+
+
+STAMP = ".seqcourse-installed"
+
+
+def _want(repo, inputs):
+    return hashlib.sha256(json.dumps([inputs, (repo / "constraints.txt").read_text()]).encode()).hexdigest()
+
+
+def _venv_current(folder, repo, inputs):
+    """True when the environment at `folder` was installed from these inputs and constraints."""
+    stamp = folder / STAMP
+    return stamp.exists() and stamp.read_text() == _want(repo, inputs)
+
+
+def shared_python():
+    """A Python 3.11+ that every account may run: this one, unless it lives where others cannot reach (pyenv in
+    root's home), then the system's."""
+    for candidate in (sys._base_executable, shutil.which("python3.11"), "/usr/bin/python3"):
+        if candidate and _reachable(Path(candidate).resolve()):
+            version = subprocess.run([candidate, "-c", "import sys; print(sys.version_info >= (3, 11))"],
+                                     capture_output=True, text=True).stdout.strip()
+            if version == "True":
+                return candidate
+    raise ClassError("no Python 3.11 or newer that every account may run (this one lives in a folder others cannot "
+                     "enter): install the system's python3 and python3-venv")
+
+
+def _reachable(path):
+    """Every folder above `path` searchable by others, and `path` readable and runnable by them."""
+    try:
+        if any(not p.stat().st_mode & stat.S_IXOTH for p in path.parents):
+            return False
+        return bool(path.stat().st_mode & stat.S_IXOTH and path.stat().st_mode & stat.S_IROTH)
+    except OSError:
+        return False
+
+
+def _give(folder, user):
+    pw = pwd.getpwnam(user)
+    for path in [folder, *folder.rglob("*")]:
+        os.lchown(path, pw.pw_uid, pw.pw_gid)
+
+
+def _run(cmd, cwd=None):
+    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if done.returncode:
+        raise ClassError(f"{' '.join(map(str, cmd))} failed ({done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+    return done
+
+
+def remove(room, say=print):
+    """Remove the class's accounts and homes and its state (the tests' clean-up; `make hub` keeps them)."""
+    for user in room.users:
+        try:
+            pw = pwd.getpwnam(user)
+        except KeyError:
+            continue
+        if pw.pw_gecos == f"{COURSE} hub":
+            subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
+            subprocess.run(["userdel", "--remove", user], capture_output=True)
+            say(f"removed the Unix account {user}")
+    with_group = [g.gr_name for g in grp.getgrall() if g.gr_name in room.users]
+    for group in with_group:
+        subprocess.run(["groupdel", group], capture_output=True)
+    shutil.rmtree(room.state, ignore_errors=True)

@@ -1,0 +1,46 @@
+"""The hub of a class on this machine (`jupyterhub -f` this file; python -m autograder.hub starts it).
+
+Its settings come from the environment that command sets: SEQCOURSE_HUB_STATE (the class's folder, see
+classroom.py), SEQCOURSE_HUB_PORT, SEQCOURSE_HUB_CPU (CPUs per user), SEQCOURSE_HUB_MEM (memory per user), and the ports of the
+hub's API and the proxy's (SEQCOURSE_HUB_API_PORT, SEQCOURSE_HUB_PROXY_PORT).
+"""
+import os
+
+from autograder.hub.classroom import INSTRUCTORS, STUDENTS, Classroom
+from autograder.hub.spawner import TRIAL, ClassSpawner, TrialAuthenticator
+
+c = get_config()  # noqa: F821 (provided by jupyterhub)
+state = os.environ["SEQCOURSE_HUB_STATE"]
+room = Classroom.load(state)
+
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = int(os.environ.get("SEQCOURSE_HUB_PORT", "8000"))
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = int(os.environ.get("SEQCOURSE_HUB_API_PORT", "8081"))
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{os.environ.get('SEQCOURSE_HUB_PROXY_PORT', '8001')}"
+c.JupyterHub.db_url = f"sqlite:///{room.hub_dir / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = str(room.hub_dir / "jupyterhub_cookie_secret")
+c.JupyterHub.pid_file = str(room.hub_dir / "jupyterhub.pid")
+c.ConfigurableHTTPProxy.command = [str(room.proxy)]
+c.ConfigurableHTTPProxy.pid_file = str(room.hub_dir / "proxy.pid")
+c.JupyterHub.cleanup_servers = True  # Ctrl-C stops every user's server
+c.JupyterHub.template_vars = {"announcement_login": TRIAL}
+
+c.JupyterHub.authenticator_class = TrialAuthenticator
+c.TrialAuthenticator.state = state
+c.Authenticator.allowed_users = set(room.users)
+c.Authenticator.admin_users = set()  # an admin may open anyone's server, and so read their work: no one is
+
+# nbgrader's JupyterHubAuthPlugin reads a user's courses from these groups (nbgrader-<course>, formgrade-<course>)
+c.JupyterHub.load_groups = {STUDENTS: {"users": room.students}, INSTRUCTORS: {"users": [room.instructor]}}
+# ... through the server's own token, which may read its owner's groups and nothing of anyone else's
+c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", "read:users:name!user",
+                                 "read:users:groups!user"]
+
+c.JupyterHub.spawner_class = ClassSpawner
+c.ClassSpawner.state = state
+c.Spawner.env_keep = ["LANG", "LC_ALL", "TZ"]  # not the hub's PATH or PYTHONPATH (spawner.ClassSpawner.get_env)
+c.Spawner.cpu_limit = float(os.environ.get("SEQCOURSE_HUB_CPU", "1"))
+c.Spawner.mem_limit = os.environ.get("SEQCOURSE_HUB_MEM", "3G")
+c.Spawner.start_timeout = 120
+c.Spawner.http_timeout = 120

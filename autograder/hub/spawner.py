@@ -1,0 +1,109 @@
+"""Each user's server, started as that user in their role's environment and under the class's limits; the trial login."""
+from __future__ import annotations
+
+import hmac
+import os
+import signal
+from pathlib import Path
+
+from jupyterhub.auth import Authenticator
+from jupyterhub.spawner import LocalProcessSpawner
+from traitlets import Unicode
+
+from autograder.grading.sandbox import CGROUPS, make_cgroups, remove_cgroup
+from autograder.hub.classroom import Classroom
+
+CGROUP_PREFIX = "seqcourse-hub-"  # then the hub's pid: groups a killed hub left are removed at the next start
+TRIAL = ("A trial login: each account's password was printed by `make hub`. For a real class, use your institution's "
+         "login (LTI 1.3: ltiauthenticator; OAuth or SAML: oauthenticator).")
+
+
+class TrialAuthenticator(Authenticator):
+    """The passwords `make hub` made and printed (STATE/hub/class.json): fit for a trial run on one machine only."""
+
+    state = Unicode(help="the class's state folder").tag(config=True)
+
+    async def authenticate(self, handler, data):
+        room = Classroom.load(self.state)
+        user, given = data.get("username", ""), data.get("password", "")
+        want = room.passwords.get(user)
+        if want is not None and hmac.compare_digest(want.encode(), given.encode()):
+            return user
+        return None
+
+
+class ClassSpawner(LocalProcessSpawner):
+    """LocalProcessSpawner (a server started as the user's Unix account) with the user's role: its environment
+    (the student distribution's or the course's), its Jupyter configuration (which of nbgrader's tools it sees), its
+    folder, and for students `cpu_limit` and `mem_limit`, held by cgroups where the machine lets root make them."""
+
+    state = Unicode(help="the class's state folder").tag(config=True)
+
+    def _room(self):
+        return Classroom.load(self.state)
+
+    def get_env(self):
+        room = self._room()
+        role = room.role(self.user.name)
+        env = super().get_env()
+        env["PATH"] = f"{room.env(role) / 'bin'}:/usr/local/bin:/usr/bin:/bin"
+        env["JUPYTER_CONFIG_PATH"] = str(room.config(role))
+        env.pop("PYTHONPATH", None)  # the hub's own, which could reach the reference
+        return env
+
+    async def start(self):
+        room = self._room()
+        role = room.role(self.user.name)
+        self.cmd = [str(room.env(role) / "bin" / "jupyterhub-singleuser")]
+        self.notebook_dir = str(room.course_dir) if role == "instructor" else ""
+        self.default_url = "/lab"
+        self.cgroups = self._limits() if role == "student" else []  # the instructor grades: J sandboxes of their own
+        return await super().start()
+
+    def _limits(self):
+        wanted = {}
+        if self.cpu_limit:
+            wanted["cpu"] = {"cpu.cfs_period_us": 100_000, "cpu.cfs_quota_us": int(self.cpu_limit * 100_000)}
+        if self.mem_limit:
+            wanted["memory"] = {"memory.limit_in_bytes": int(self.mem_limit)}
+        groups = make_cgroups(wanted, prefix=CGROUP_PREFIX)
+        for group in groups:  # readable by the user's processes: the course reads its CPU quota (runtime.usable_cpus)
+            os.chmod(group, 0o755)
+        missing = set(wanted) - {Path(g).parent.name for g in groups}
+        if missing:
+            self.log.warning("%s's %s limit is not enforced: no writable %s cgroup under %s", self.user.name,
+                             " and ".join(sorted(missing)), " or ".join(sorted(missing)), CGROUPS)
+        return groups
+
+    def make_preexec_fn(self, name):
+        become = super().make_preexec_fn(name)
+        groups, folder = list(getattr(self, "cgroups", [])), self.notebook_dir
+
+        def preexec():  # in the child, still root: join the limits, then become the user
+            for group in groups:
+                with open(os.path.join(group, "cgroup.procs"), "w") as f:
+                    f.write(str(os.getpid()))
+            become()
+            if folder:  # nbgrader reads the course's nbgrader_config.py from the folder it starts in
+                os.chdir(folder)
+        return preexec
+
+    async def stop(self, now=False):
+        await super().stop(now=now)
+        for group in getattr(self, "cgroups", []):
+            stop_all(group)
+            remove_cgroup(group)
+        self.cgroups = []
+
+
+def stop_all(group):
+    """SIGKILL every process left in a cgroup: kernels and whatever they started, after their server stopped."""
+    try:
+        pids = Path(group, "cgroup.procs").read_text().split()
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
