@@ -125,11 +125,12 @@ def timed(fn):
     return time.perf_counter() - start
 
 
-def clicks(url, students, until):
-    """A person's clicks, one after another, until `until` (monotonic): login, hub home, a JupyterLab page."""
+def clicks(url, students, until, every=1.0):
+    """A person's clicks until `until` (monotonic), a round every `every` seconds: login, hub home, a JupyterLab page."""
     times = {"login": [], "hub home": [], "JupyterLab page": []}
     i = 0
     while time.monotonic() < until:
+        time.sleep(max(0.0, every - (time.monotonic() % every)))
         who = students[i % len(students)]
         times["login"].append(who.login())
         times["hub home"].append(timed(lambda: who.s.get(f"{url}/hub/home").raise_for_status()))
@@ -189,6 +190,10 @@ def class_size(args, n, solo):
             print(f"  {what:<16} median {statistics.median(ts) * 1000:7.0f} ms   worst {max(ts) * 1000:7.0f} ms   ({len(ts)} while training)")
         print(f"  training steps/s per student: median {statistics.median(rates):.2f}, worst {min(rates):.2f}, sum {sum(rates):.1f}"
               + (f"; one student alone: {solo:.2f}" if solo else ""), flush=True)
+        peaks = [int(p.read_text()) / 2**20 for p in Path("/sys/fs/cgroup/memory").glob("seqcourse-hub-*/memory.max_usage_in_bytes")]
+        if peaks:  # each student's server, its kernel and what it trained, at their highest
+            print(f"  memory per student's server: median {statistics.median(peaks):.0f} MB, most {max(peaks):.0f} MB, "
+                  f"all together {sum(peaks) / 1024:.1f} GB", flush=True)
         return statistics.median(rates)
     finally:
         hub.send_signal(2)

@@ -178,6 +178,12 @@ def _jupyter_config(repo, room, role):
         f"c.CourseDirectory.course_id = {COURSE!r}\n"
         f"c.Exchange.root = {str(room.exchange)!r}\n"
         'c.Authenticator.plugin_class = "nbgrader.auth.JupyterHubAuthPlugin"\n')
+    (folder / "jupyter_server_config.py").write_text(
+        '"""Kernels talk to their server over Unix sockets in the user\'s own runtime folder, not loopback TCP ports: on\n'
+        "a machine a class shares, kernels of two servers starting at once can race for a port (the loser dies), and\n"
+        'any account may connect to a TCP port."""\n'
+        "c = get_config()  # noqa: F821\n"
+        'c.KernelManager.transport = "ipc"\n')
     for path in [folder, *folder.rglob("*")]:
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import pwd
 import signal
 from pathlib import Path
 
@@ -48,8 +49,19 @@ class ClassSpawner(LocalProcessSpawner):
         env = super().get_env()
         env["PATH"] = f"{room.env(role) / 'bin'}:/usr/local/bin:/usr/bin:/bin"
         env["JUPYTER_CONFIG_PATH"] = str(room.config(role))
+        env["JUPYTER_RUNTIME_DIR"] = str(self._runtime(room))
         env.pop("PYTHONPATH", None)  # the hub's own, which could reach the reference
         return env
+
+    def _runtime(self, room):
+        """The user's runtime folder (their kernels' sockets), made by root in the class's folder, the user's alone:
+        short, since a Unix socket's path holds at most 107 bytes, and where no one else can make it first."""
+        pw = pwd.getpwnam(self.user.name)
+        folder = room.state / "run" / str(pw.pw_uid)
+        folder.mkdir(parents=True, exist_ok=True)
+        os.chown(folder, pw.pw_uid, pw.pw_gid)
+        os.chmod(folder, 0o700)
+        return folder
 
     async def start(self):
         room = self._room()

@@ -234,13 +234,17 @@ def term():
             seen["grade"] = as_account(room.instructor, [room.env("instructor") / "bin" / "python", "-m", "autograder", "grade",
                                                          ".", "--jobs", "1", "--no-progress"], cwd=room.course_dir)
             seen["scores"] = {s["student"]: s["score"] for s in teacher.get(f"formgrader/api/submissions/{NAME}").json()}
-            teacher.post(f"formgrader/api/submission/{NAME}/{ada}/autograde")
-            seen["rescored"] = {s["student"]: s["score"] for s in teacher.get(f"formgrader/api/submissions/{NAME}").json()}
             ids = {s["student"]: s["id"] for s in teacher.get(f"formgrader/api/submitted_notebooks/{NAME}/{NAME}").json()}
             tpage = log_in(browser, hub, room.instructor)
             tpage.goto(f"{hub.url}/user/{room.instructor}/formgrader/manage_submissions/{NAME}")
             tpage.wait_for_selector("table")
+            tpage.locator("tr", has_text=ada).locator(".autograde a").click()  # the formgrader's own autograde button
+            tpage.wait_for_selector("#success-modal, #error-modal")
+            seen["autograde_button"] = tpage.locator(".modal-title").first.text_content()
+            tpage.goto(f"{hub.url}/user/{room.instructor}/formgrader/manage_submissions/{NAME}")
+            tpage.wait_for_selector("table")
             tpage.wait_for_timeout(1000)
+            seen["rescored"] = {s["student"]: s["score"] for s in teacher.get(f"formgrader/api/submissions/{NAME}").json()}
             shot(tpage, "instructor-formgrader.png")
             seen["formgrader_text"] = tpage.evaluate("() => document.body.textContent")
             seen["hostile_page"] = visit(tpage, f"{hub.url}/user/{room.instructor}/formgrader/submissions/{ids[mallory]}/")
@@ -293,6 +297,11 @@ def term():
         left, cgroups = hub.stop()
         seen["left"], seen["cgroups"] = left, cgroups
         seen["log"] = hub.log.read_text()
+        # started again: the same accounts, environments and course, with its grades
+        seen["again"] = subprocess.run([sys.executable, "-m", "autograder.hub", "--state", hub.state, "--prefix", room.instructor.split("-")[0] + "-",
+                                        "--students", "2", "--home-base", top / "home", "--prepare-only"],
+                                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+        seen["kept_grades"] = (room.course_dir / "gradebook.db").exists() and (room.course_dir / "grades.csv").exists()
         yield seen
     finally:
         if hub is not None:
@@ -325,7 +334,7 @@ def test_students_fetch_and_submit_in_the_assignment_list_and_grade_scores_them(
     ada, mallory = room.students
     assert term["grade"].returncode == 0, term["grade"].stdout[-3000:] + term["grade"].stderr[-3000:]
     assert term["scores"] == {ada: FULL, mallory: 0}
-    assert term["rescored"][ada] == FULL  # the formgrader's autograde button agrees with `grade`
+    assert term["autograde_button"] == "Success" and term["rescored"][ada] == FULL  # the formgrader's button agrees
 
 def test_a_link_planted_in_the_exchange_is_refused_at_collect(term):
     room = term["room"]
@@ -374,3 +383,12 @@ def test_each_server_runs_under_its_cpu_and_memory_limits(term):
 def test_ctrl_c_stops_the_hub_and_every_server(term):
     assert term["left"] == "" and term["cgroups"] == [], (term["left"], term["cgroups"])
     assert "The hub and every server it started have stopped." in term["log"]
+
+
+def test_started_again_it_reuses_the_accounts_the_environments_and_the_course(term):
+    again = term["again"]
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "made the Unix account" not in again.stdout and "installing" not in again.stdout and "copying" not in again.stdout
+    room = term["room"]
+    assert all(f"{user}" in again.stdout and room.passwords[user] in again.stdout for user in room.users)
+    assert term["kept_grades"]
