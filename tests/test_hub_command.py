@@ -54,3 +54,40 @@ def test_the_passwords_are_root_s_alone_and_kept_between_starts(tmp_path):
     assert again.students == ["t-student1", "t-student2", "t-student3"]
     assert all(again.passwords[u] == first.passwords[u] for u in first.users)
     assert len(set(again.passwords.values())) == 4
+
+
+def v2_tree(tmp_path, delegated="cpu memory"):
+    """A cgroup version 2 hierarchy as the kernel shows it, in a folder: its controllers and what it delegates."""
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (tmp_path / "cgroup.subtree_control").write_text(delegated + "\n")
+    return tmp_path
+
+
+def test_on_cgroup_v2_a_student_s_server_gets_cpu_max_and_memory_max(tmp_path):
+    from autograder.hub.spawner import unified, v2_group
+
+    root = v2_tree(tmp_path)
+    assert unified(root)
+    wanted = {"cpu": {"cpu.cfs_period_us": 100_000, "cpu.cfs_quota_us": 150_000}, "memory": {"memory.limit_in_bytes": 3 << 30}}
+    groups, held = v2_group(wanted, root)
+    assert held == {"cpu", "memory"} and len(groups) == 1
+    group = tmp_path / os.path.basename(groups[0])
+    assert (group / "cpu.max").read_text() == "150000 100000" and (group / "memory.max").read_text() == str(3 << 30)
+    # and the course, inside it, reads 1.5 CPUs as one thread's worth: floor(quota / period)
+    from course_lib.runtime import _v2
+    assert _v2(group) == 1.5
+
+
+def test_on_cgroup_v2_a_controller_the_hierarchy_does_not_delegate_is_not_claimed(tmp_path, monkeypatch):
+    from autograder.hub import spawner
+
+    root = v2_tree(tmp_path, delegated="cpu")
+    real_write = type(root).write_text
+
+    def refuse(path, text, *a, **k):  # the kernel refuses +memory where processes sit in a container's root
+        if path.name == "cgroup.subtree_control":
+            raise OSError(16, "Device or resource busy")
+        return real_write(path, text, *a, **k)
+    monkeypatch.setattr(type(root), "write_text", refuse)
+    groups, held = spawner.v2_group({"memory": {"memory.limit_in_bytes": 1 << 30}}, root)
+    assert held == set() and not (tmp_path / os.path.basename(groups[0]) / "memory.max").exists()

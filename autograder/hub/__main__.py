@@ -64,8 +64,8 @@ def free_port():
 
 def leftovers(hub_pid):
     """Every process still in a cgroup the hub made, killed, and the groups removed."""
-    for controller in ("cpu", "memory"):
-        for group in Path(CGROUPS, controller).glob(f"{CGROUP_PREFIX}{hub_pid}-*"):
+    for folder in (Path(CGROUPS), Path(CGROUPS, "cpu"), Path(CGROUPS, "memory")):  # version 2, then version 1's
+        for group in folder.glob(f"{CGROUP_PREFIX}{hub_pid}-*"):
             stop_all(group)
             remove_cgroup(group)
 

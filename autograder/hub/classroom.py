@@ -25,6 +25,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from autograder.course import digest, find_root
@@ -304,8 +305,11 @@ def remove(room, say=print):
         except KeyError:
             continue
         if pw.pw_gecos == f"{COURSE} hub":
-            subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
-            subprocess.run(["userdel", "--remove", user], capture_output=True)
+            for _ in range(20):  # userdel refuses an account with a process still running
+                subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
+                if subprocess.run(["userdel", "--remove", user], capture_output=True).returncode in (0, 6):
+                    break
+                time.sleep(0.25)
             say(f"removed the Unix account {user}")
     with_group = [g.gr_name for g in grp.getgrall() if g.gr_name in room.users]
     for group in with_group:

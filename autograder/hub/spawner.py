@@ -5,13 +5,14 @@ import hmac
 import os
 import pwd
 import signal
+import tempfile
 from pathlib import Path
 
 from jupyterhub.auth import Authenticator
 from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Unicode
 
-from autograder.grading.sandbox import CGROUPS, make_cgroups, remove_cgroup
+from autograder.grading.sandbox import CGROUPS, _orphans, make_cgroups, remove_cgroup
 from autograder.hub.classroom import Classroom
 
 CGROUP_PREFIX = "seqcourse-hub-"  # then the hub's pid: groups a killed hub left are removed at the next start
@@ -78,12 +79,16 @@ class ClassSpawner(LocalProcessSpawner):
             wanted["cpu"] = {"cpu.cfs_period_us": 100_000, "cpu.cfs_quota_us": int(self.cpu_limit * 100_000)}
         if self.mem_limit:
             wanted["memory"] = {"memory.limit_in_bytes": int(self.mem_limit)}
-        groups = make_cgroups(wanted, prefix=CGROUP_PREFIX)
+        if unified():
+            groups, held = v2_group(wanted)
+        else:
+            groups = make_cgroups(wanted, prefix=CGROUP_PREFIX)
+            held = {Path(g).parent.name for g in groups}
         for group in groups:  # readable by the user's processes: the course reads its CPU quota (runtime.usable_cpus)
             os.chmod(group, 0o755)
-        missing = set(wanted) - {Path(g).parent.name for g in groups}
+        missing = set(wanted) - held
         if missing:
-            self.log.warning("%s's %s limit is not enforced: no writable %s cgroup under %s", self.user.name,
+            self.log.warning("%s's %s limit is not enforced: root may not make a %s cgroup under %s here", self.user.name,
                              " and ".join(sorted(missing)), " or ".join(sorted(missing)), CGROUPS)
         return groups
 
@@ -106,6 +111,39 @@ class ClassSpawner(LocalProcessSpawner):
             stop_all(group)
             remove_cgroup(group)
         self.cgroups = []
+
+
+def unified(root=CGROUPS):
+    """True on a machine with cgroup version 2 alone (one hierarchy for every controller)."""
+    return Path(root, "cgroup.controllers").exists()
+
+
+def v2_group(wanted, root=CGROUPS):
+    """cgroup version 2: one group of this hub's for a server, with `wanted`'s limits (given as version 1 settings,
+    as make_cgroups takes them) as cpu.max and memory.max, each where the hierarchy delegates that controller.
+    Returns ([the group] or [], the controllers that hold)."""
+    root = Path(root)
+    if not wanted or not os.access(root, os.W_OK):
+        return [], set()
+    delegated = set((root / "cgroup.subtree_control").read_text().split())
+    for controller in set(wanted) - delegated:
+        try:  # as systemd does for its own slices; refused where processes sit in the root of a container's tree
+            (root / "cgroup.subtree_control").write_text(f"+{controller}")
+            delegated.add(controller)
+        except OSError:
+            pass
+    for stale in _orphans(root, CGROUP_PREFIX):  # a killed hub's
+        remove_cgroup(stale, wait=0)
+    group = Path(tempfile.mkdtemp(prefix=f"{CGROUP_PREFIX}{os.getpid()}-", dir=root))
+    held = set()
+    if "cpu" in wanted and "cpu" in delegated:
+        cpu = wanted["cpu"]
+        (group / "cpu.max").write_text(f"{cpu['cpu.cfs_quota_us']} {cpu['cpu.cfs_period_us']}")
+        held.add("cpu")
+    if "memory" in wanted and "memory" in delegated:
+        (group / "memory.max").write_text(str(wanted["memory"]["memory.limit_in_bytes"]))
+        held.add("memory")
+    return [str(group)], held
 
 
 def stop_all(group):
