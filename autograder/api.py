@@ -93,8 +93,10 @@ def explain(report, passed):
     broken = [d for d in ex.depends_on if passed.get(d) is False]
     if first.diagnosis:
         reason += f". Likely mistake: {first.diagnosis}"
-    elif broken:
-        reason += f". It uses your {', '.join(broken)}, which has not passed its check yet: fix that first."
+    elif first.relation:
+        reason += f". {first.relation}"
+    if broken and not first.diagnosis:
+        reason += f"{'' if first.relation else '.'} It uses your {', '.join(broken)}, which has not passed its check yet: fix that first."
     lines = [f"✘ {reason}" if report.fraction == 0 else f"◐ {ex.name}: {_pts(report.score)}/{_pts(ex.points)} points"]
     if report.fraction > 0:
         lines.append(f"  ✘ {reason}")

@@ -121,9 +121,11 @@ class CaseResult:
     ok: bool
     problem: str = ""
     diagnosis: str = ""
+    relation: str = ""  # with no diagnosis: how the learner's output relates to the reference's (autograder.relations)
     not_implemented: bool = False
     timed_out: bool = False
     detail: tuple = ()  # for a failing public case: its inputs and the first entries that differ
+    reference: Outcome | None = field(default=None, repr=False)  # for a failing case: the reference's outcome
 
 
 @dataclass
@@ -728,7 +730,7 @@ def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
     if not problem:
         return CaseResult(case, True), got
     detail = () if case.hidden else tuple(["inputs:"] + [f"  {line}" for line in describe_inputs(case.make(), _parameter_names(impl, exercise.kind))] + first_differences(got, want, exercise.returns))
-    return CaseResult(case, False, problem, detail=detail), got
+    return CaseResult(case, False, problem, detail=detail, reference=want), got
 
 
 def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outcomes=None):
@@ -751,4 +753,10 @@ def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outc
         if mistake is not None:
             for r in results:
                 r.diagnosis = "" if r.ok else mistake.says
+        else:
+            from autograder import relations
+
+            relation = relations.explain(exercise, failed, [r.reference for r in results if not r.ok])
+            for r in results:
+                r.relation = "" if r.ok else relation
     return Report(exercise, results, planned=tuple(cases))

@@ -28,7 +28,7 @@ REFERENCE = "solutions_lib"
 # autograder modules the checks need in a notebook and on the command line (`check`)
 SHIPPED = ("__init__.py", "__main__.py", "api.py", "core.py", "check_notebook.py", "course.py", "results.py",
            "pytest_plugin.py", "fixtures.py", "registry.py", "reference_data.py", "record.py",
-           "progress.py", "reveal.py", "wire.py")
+           "progress.py", "relations.py", "reveal.py", "wire.py")
 
 
 class ShipError(Exception):

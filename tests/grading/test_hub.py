@@ -183,6 +183,15 @@ def shot(page, name):
     page.screenshot(path=str(ARTIFACTS / name))
 
 
+def until(ready, what):
+    """Wait for `ready()` (the file system catching up with a click), at most WAIT_MS."""
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not ready():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {WAIT_MS // 1000} s for {what}")
+        time.sleep(0.5)
+
+
 def hostile_notebook(released, solution, classmate_home):
     """The complete notebook, plus a script in an output, a handler in a markdown cell and a link to a classmate's work."""
     nb = fill_submission(released, solution)
@@ -251,10 +260,11 @@ def term():
 
             # mallory submits again, then adds to her entry in the inbound (hers: she may write in it) a link to the
             # instructor's solutions; the formgrader's collect takes the newer submission, and refuses it
+            inbound = room.exchange / COURSE / "inbound"
+            entries = lambda: [e for e in os.listdir(inbound) if e.startswith(f"{mallory}+{NAME}+")]  # noqa: E731
             press(pages[mallory], "fetched_assignments_list", "Submit")
-            pages[mallory].wait_for_timeout(2000)
-            entry = max((e for e in os.listdir(room.exchange / COURSE / "inbound") if e.startswith(f"{mallory}+{NAME}+")),
-                        key=lambda e: (room.exchange / COURSE / "inbound" / e).stat().st_ctime)
+            until(lambda: len(entries()) == 2, "mallory's second submission in the inbound")
+            entry = max(entries(), key=lambda e: (inbound / e).stat().st_ctime)
             seen["link"] = as_account(mallory, ["ln", "-s", room.course_dir / "solutions" / NAME / f"{NAME}.ipynb",
                                                 room.exchange / COURSE / "inbound" / entry / "answers.ipynb"])
             seen["recollect"] = teacher.post(f"formgrader/api/assignment/{NAME}/collect")["log"]
@@ -265,11 +275,12 @@ def term():
             # feedback, released in the formgrader and fetched in each student's Assignment List
             teacher.post(f"formgrader/api/assignment/{NAME}/generate_feedback")
             teacher.post(f"formgrader/api/assignment/{NAME}/release_feedback")
+            def fetched(who):
+                return sorted(str(p.relative_to(Path(room.home_base, who))) for p in Path(room.home_base, who, NAME, "feedback").rglob("*.html"))
             for who, page in pages.items():
                 press(page, "submitted_assignments_list", "Fetch Feedback")
-                page.wait_for_timeout(3000)
-            seen["feedback"] = {who: sorted(str(p.relative_to(Path(room.home_base, who))) for p in
-                                            Path(room.home_base, who, NAME, "feedback").rglob("*.html")) for who in room.students}
+                until(lambda: fetched(who), f"{who}'s feedback in their home")
+            seen["feedback"] = {who: fetched(who) for who in room.students}
             seen["feedback_text"] = {who: "".join(Path(room.home_base, who, f).read_text() for f in seen["feedback"][who])
                                      for who in room.students}
 

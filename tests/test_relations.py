@@ -1,0 +1,239 @@
+"""autograder.relations: how a wrong tensor relates to the reference's, named only when it holds on
+every failed case; and, end to end, the sentence a check adds when no catalogued mistake matches."""
+import math
+
+import pytest
+import torch
+
+from autograder import CheckFailed, api, check, registry
+from autograder.core import check_exercise
+from autograder.mutants import mutant, swap
+from autograder.relations import axis_names, relate
+
+SHAPES = [(2, 5, 9), (3, 7, 16), (1, 6, 25)]  # B, T, d: d differs between cases, and from 4 (sqrt(4) = 2)
+NAMES = ["B", "T", "d"]
+
+
+def references(seed=0, shapes=SHAPES):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*s, generator=g) for s in shapes], g
+
+
+def named(make, shapes=SHAPES, names=NAMES, seed=0):
+    """relate() on every case of `shapes`, the learner's output made by make(reference, generator)."""
+    wants, g = references(seed, shapes)
+    return relate([(make(w, g), w) for w in wants], names)
+
+
+def shifted(w, k, g, axis=1):
+    """w shifted k steps along `axis` (k > 0: late), the entries that come from nowhere random."""
+    out = torch.roll(w, k, axis)
+    ends = torch.arange(k) if k > 0 else torch.arange(w.shape[axis] + k, w.shape[axis])
+    out.index_copy_(axis, ends, torch.randn(out.index_select(axis, ends).shape, generator=g))
+    return out
+
+
+# ---------------------------------------------------------------- each relation, on every case
+
+
+def test_transposed_and_permuted():
+    assert named(lambda w, g: w.transpose(-1, -2)) == "Your output is the reference's transposed (last two axes swapped)."
+    square = [(3, 4, 4), (2, 6, 6)]  # the same shape as the reference's
+    assert "transposed (last two axes swapped)" in named(lambda w, g: w.transpose(-1, -2).contiguous(), square)
+    assert named(lambda w, g: w.transpose(0, 1)) == (
+        "Your output is the reference's with axis 0 (B, size 2) and axis 1 (T, size 5) swapped.")
+    assert named(lambda w, g: w.permute(2, 0, 1)) == (
+        "Your output is the reference's with its axes reordered: yours are (d, B, T) where the reference's are (B, T, d).")
+    assert "axis 0 (size 2) and axis 1 (size 5) swapped" in named(lambda w, g: w.transpose(0, 1), names=None)
+
+
+@pytest.mark.parametrize("k,steps,yours,theirs", [(1, "one step", "second", "first"), (-1, "one step", "first", "second"),
+                                                  (2, "two steps", "third", "first"), (-2, "two steps", "first", "third")])
+def test_shifted(k, steps, yours, theirs):
+    said = named(lambda w, g: shifted(w, k, g))
+    assert said == (f"Your output is the reference's shifted {steps} along axis 1 (T, size 5): "
+                    f"your {yours} entry there is the reference's {theirs}.")
+
+
+def test_reversed():
+    assert named(lambda w, g: w.flip(1)) == "Your output is the reference's reversed along axis 1 (T, size 5)."
+
+
+@pytest.mark.parametrize("scale,words", [
+    (lambda s: 2, "times 2."), (lambda s: 0.5, "times 1/2."), (lambda s: -1, "times -1."),
+    (lambda s: math.sqrt(s[-1]), "times sqrt(d) (3 in the first failing case)."),
+    (lambda s: 1 / math.sqrt(s[-1]), "times 1/sqrt(d) (0.3333 in the first failing case)."),
+    (lambda s: s[-1], "times d (9 in the first failing case)."),
+    (lambda s: 1 / s[-1], "times 1/d (0.1111 in the first failing case)."),
+    (lambda s: 1 / s[1], "times 1/T (0.2 in the first failing case)."),
+    (lambda s: 0.37268, "times a constant, 0.3727."),
+])
+def test_scaled(scale, words):
+    assert named(lambda w, g: w * scale(w.shape)) == f"Your output is the reference's {words}"
+
+
+def test_offset_by_a_constant_or_per_index():
+    assert named(lambda w, g: w + 0.25) == "Your output is the reference's plus a constant, 0.25."
+    bias = lambda w, g: w + torch.randn(w.shape[-1], generator=g)  # noqa: E731
+    assert named(bias) == ("Your output is the reference's plus a constant for each index of axis 2 (d, size 9), "
+                           "as a bias added or left out would make.")
+
+
+def test_normalised_along_another_axis():
+    wants, _ = references()
+    pairs = [(w.softmax(1), w.softmax(-1)) for w in wants]
+    assert relate(pairs, NAMES) == ("Your output is normalised along axis 1 (T, size 5), where the reference's is "
+                                    "normalised along axis 2 (d, size 9): each sums to 1 there.")
+
+
+def test_all_pairs_by_broadcasting():
+    g = torch.Generator().manual_seed(1)
+    pairs = []
+    for B, T, d in [(2, 5, 8), (3, 4, 6), (4, 6, 5)]:
+        s, H = torch.randn(B, d, generator=g), torch.randn(B, T, d, generator=g)
+        pairs.append((s @ H.transpose(1, 2), (H @ s.unsqueeze(-1)).squeeze(-1)))  # (B, B, T) for (B, T)
+    assert relate(pairs, ["B", "T"]) == (
+        "Your output is the reference's with an extra axis: every index of axis 0 (B, size 2) is paired with every other, "
+        "as broadcasting does, and your entries [i, i] along axes 0 and 1 are the reference's.")
+    swapped = [(got.transpose(1, 2), want) for got, want in pairs]  # (B, T, B): the pairs along axes 0 and 2
+    assert "your entries [i, i] along axes 0 and 2" in relate(swapped, ["B", "T"])
+
+
+def test_non_finite_rows():
+    def nan_row(w, g):
+        out = w.clone()
+        out[min(1, len(w) - 1)] = float("nan")
+        return out
+    assert named(nan_row) == ("Your output is NaN at index 1 of axis 0 (B, size 2) in the first failing case, "
+                              "and the reference's everywhere else.")
+    everywhere = lambda w, g: w * float("nan")  # noqa: E731
+    assert named(everywhere) == ""  # nothing matches: the existing sentence says it all
+
+
+# ---------------------------------------------------------------- near misses are not named
+
+
+def noise(w, g, scale=1e-2):
+    return w + scale * torch.randn(w.shape, generator=g)
+
+
+@pytest.mark.parametrize("make", [
+    lambda w, g: noise(w.transpose(-1, -2), g),
+    lambda w, g: noise(w.flip(1), g),
+    lambda w, g: noise(w * 2, g),
+    lambda w, g: w * (2 if w.shape[0] == 2 else 3),  # a scale that differs between cases
+    lambda w, g: w * (0.4 if w.shape[0] == 2 else 0.41),
+    lambda w, g: w + (0.25 if w.shape[0] == 2 else 0.5),  # an offset that differs between cases
+    lambda w, g: noise(w + torch.randn(w.shape[-1], generator=g), g),
+    lambda w, g: shifted(w, 1, g).index_put_((torch.tensor(0), torch.tensor(3), torch.tensor(0)), torch.tensor(9.0)),
+    lambda w, g: shifted(w, 1, g) if w.shape[0] == 2 else w.flip(1),  # each on some cases only
+    lambda w, g: torch.where(torch.arange(len(w)).reshape(-1, 1, 1) == 0, float("nan"), noise(w, g)),
+], ids=["transpose+noise", "flip+noise", "scale+noise", "scale differs", "scale differs slightly", "offset differs",
+        "bias+noise", "shift with a wrong entry", "two relations", "nan row and noise"])
+def test_near_misses_are_not_named(make):
+    assert named(make) == ""
+
+
+def test_a_broadcast_with_a_wrong_diagonal_is_not_named():
+    g = torch.Generator().manual_seed(2)
+    want = torch.randn(3, 5, generator=g)
+    got = want.unsqueeze(0).expand(3, 3, 5).clone()
+    got[1, 1, 2] += 0.1
+    assert relate([(got, want)], ["B", "T"]) == ""
+
+
+def test_unrelated_outputs_are_never_named():
+    g = torch.Generator().manual_seed(3)
+    said = []
+    for i in range(200):
+        shape = [int(n) for n in torch.randint(1, 7, (torch.randint(1, 4, ()).item(),), generator=g)]
+        shape[-1] = max(shape[-1], 2)
+        wants = [torch.randn(shape, generator=g) for _ in range(2)]
+        if i % 4 == 0:  # probabilities both, along the same axis
+            pairs = [(torch.randn(shape, generator=g).softmax(-1), w.softmax(-1)) for w in wants]
+        elif i % 4 == 1:  # an extra axis, unrelated
+            pairs = [(torch.randn(shape[0], *shape, generator=g), w) for w in wants]
+        else:
+            pairs = [(torch.randn(shape, generator=g), w) for w in wants]
+        said += [s for s in [relate(pairs, None)] if s]
+    assert said == []
+
+
+def test_axis_names_come_from_the_references_docstring():
+    rnn_forward = registry.get("rnn_forward")
+    assert axis_names(rnn_forward, 0, (2, 5, 4)) == ["B", "T", "d_h"]
+    assert axis_names(rnn_forward, 1, (2, 4)) == ["B", "d_h"]
+    assert axis_names(rnn_forward, 0, (2, 5)) is None  # they do not fit the shape
+    assert axis_names(registry.get("lstm_cell"), 0, (2, 4)) is None  # "returns (h_t, c_t), each (B, d_h)": no shape of its own
+    assert axis_names(registry.get("dot_score"), 0, (2, 5)) == ["B", "T"]
+
+
+# ---------------------------------------------------------------- end to end, through the check
+
+
+def learners(name, old, new):
+    """The reference of exercise `name` with one edit, as a learner would write it."""
+    ex = registry.get(name)
+    return ex, mutant(ex.reference, swap(old, new), f"learner's {name}")
+
+
+def failure_of(name, fn, monkeypatch):
+    monkeypatch.setattr(api, "_passed", {})  # no earlier exercise of this process blamed
+    with pytest.raises(CheckFailed) as info:
+        check(name, fn)
+    return str(info.value)
+
+
+def test_appending_before_the_update_is_named_a_shift(monkeypatch):
+    ex, fn = learners("rnn_forward", """        h_t = rnn_cell(x[:, t], h_t, W_ih, W_hh, b_ih, b_hh)
+        outputs.append(h_t)""", """        outputs.append(h_t)
+        h_t = rnn_cell(x[:, t], h_t, W_ih, W_hh, b_ih, b_hh)""")
+    report = check_exercise(ex, fn, hidden=True)
+    assert report.failures()[0].diagnosis == ""  # no catalogued mistake
+    assert report.failures()[0].relation.startswith("Your outputs are the reference's shifted one step along axis 1 (T, ")
+    reason = failure_of("rnn_forward", fn, monkeypatch)
+    assert reason.endswith(". Your outputs are the reference's shifted one step along axis 1 (T, size 5): "
+                           "your second entry there is the reference's first.")
+
+
+def test_scores_of_all_pairs_are_named_a_broadcast(monkeypatch):
+    ex, fn = learners("dot_score", "(H @ s.unsqueeze(-1)).squeeze(-1)", "s @ H.transpose(1, 2)")
+    assert check_exercise(ex, fn, hidden=True).failures()[0].diagnosis == ""
+    reason = failure_of("dot_score", fn, monkeypatch)
+    assert "the output has shape (2, 2, 5), expected (2, 5). Your output is the reference's with an extra axis: " \
+           "every index of axis 0 (B, size 2) is paired with every other" in reason
+
+
+def test_a_catalogued_mistake_wins(monkeypatch):
+    ex = registry.get("dot_score")
+    every_query = next(m for m in ex.mistakes if m.name == "every_query")  # H @ s.T: all pairs too, (B, T, B)
+    failure = check_exercise(ex, every_query.impl, hidden=True).failures()[0]
+    assert failure.diagnosis == every_query.says and failure.relation == ""
+    assert "paired" not in failure_of("dot_score", every_query.impl, monkeypatch)
+
+
+def test_a_mistake_with_no_relation_gets_no_sentence(monkeypatch):
+    # h_prev @ W_hh instead of its transpose: the output is no transform of the reference's (the weight is
+    # transposed inside the tanh), so nothing is named rather than something wrong.
+    ex, fn = learners("rnn_cell", "h_prev @ W_hh.T", "h_prev @ W_hh")
+    failure = check_exercise(ex, fn, hidden=True).failures()[0]
+    assert failure.diagnosis == "" and failure.relation == ""
+    assert failure_of("rnn_cell", fn, monkeypatch).endswith("(tolerance 1e-05 + 0.0001·|expected|)")
+
+
+def test_a_fitted_constant_needs_more_entries_than_one():
+    want = torch.tensor(1.5)
+    assert relate([(torch.tensor(2.1), want)]) == ""  # any two numbers differ by a constant factor and offset
+    assert relate([(want * 2, want)]) == "Your output is the reference's times 2."
+    g = torch.Generator().manual_seed(4)
+    losses = [torch.rand((), generator=g) + 1 for _ in range(3)]
+    assert relate([(x * 0.37268, x) for x in losses]) == "Your output is the reference's times a constant, 0.3727."
+
+
+def test_nothing_of_a_hidden_case_is_said():
+    ex, fn = learners("rnn_forward", """        h_t = rnn_cell(x[:, t], h_t, W_ih, W_hh, b_ih, b_hh)
+        outputs.append(h_t)""", """        outputs.append(h_t)
+        h_t = rnn_cell(x[:, t], h_t, W_ih, W_hh, b_ih, b_hh)""")
+    hidden = [c for c in ex.cases() if c.hidden]
+    only_hidden = type(ex)(**{**vars(ex), "cases": lambda: hidden})
+    assert check_exercise(only_hidden, fn, hidden=True).failures()[0].relation == ""
