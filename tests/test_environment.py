@@ -10,7 +10,7 @@ import yaml
 from conftest import ROOT
 
 # Extras that only the repository's own tests need: not in the learners' environment.
-TEST_ONLY_EXTRAS = {"browser", "site", "tests"}  # tools of the tests and of `make site`, not of a learner
+TEST_ONLY_EXTRAS = {"browser", "site", "tests", "hub"}  # tools of the tests, `make site` and `make hub`, not of a learner
 
 
 def name_of(requirement):

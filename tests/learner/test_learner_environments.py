@@ -192,9 +192,12 @@ INSTRUCTOR_PLUGINS = {"@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:course-
 INSTRUCTOR_SERVER_EXTENSIONS = {"nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list", "autograder.grading.csp"}
 
 
+NEWS = "@jupyterlab/apputils-extension:announcements"  # JupyterLab's news, fetched from the internet: off for both
+
+
 def test_student_and_instructor_lab_configurations():
-    assert page_config("student") == dict.fromkeys(INSTRUCTOR_PLUGINS, True)
-    assert page_config("instructor") == dict.fromkeys(INSTRUCTOR_PLUGINS, False)
+    assert page_config("student") == dict.fromkeys(INSTRUCTOR_PLUGINS, True) | {NEWS: True}
+    assert page_config("instructor") == dict.fromkeys(INSTRUCTOR_PLUGINS, False) | {NEWS: True}
     assert server_extensions("student") == dict.fromkeys(INSTRUCTOR_SERVER_EXTENSIONS, False)
     assert server_extensions("instructor") == dict.fromkeys(INSTRUCTOR_SERVER_EXTENSIONS, True)
     # the plugins exist under these names in the installed nbgrader
