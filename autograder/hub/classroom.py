@@ -15,7 +15,6 @@ owner from the file system, and one student must not read another's work.
 from __future__ import annotations
 
 import dataclasses
-import grp
 import hashlib
 import json
 import os
@@ -311,7 +310,4 @@ def remove(room, say=print):
                     break
                 time.sleep(0.25)
             say(f"removed the Unix account {user}")
-    with_group = [g.gr_name for g in grp.getgrall() if g.gr_name in room.users]
-    for group in with_group:
-        subprocess.run(["groupdel", group], capture_output=True)
     shutil.rmtree(room.state, ignore_errors=True)
