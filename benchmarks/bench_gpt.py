@@ -35,8 +35,7 @@ from torch import nn
 
 from course_lib.gpt_training import Config
 from course_lib.ngram import interpolated_nats_per_char
-from course_lib.runtime import cpu_bf16
-from course_lib.training import process_device
+from course_lib.training import amp_dtype, describe_precision, process_device
 from solutions_lib.gpt import GPT, init_weights, lm_loss
 from solutions_lib.gpt.data import markov_nats_per_char
 from solutions_lib.gpt.train import fit, load_data, recipe
@@ -120,13 +119,14 @@ def main():
     cfg = replace(recipe(dev), eval_every=args.eval_every, **{k: v for k, v in given.items() if v is not None})
     data = load_data(cfg)
     V, chars = data["tokenizer"].V, data["held_out_chars"]
+    low = amp_dtype(dev, cpu=True)  # what bf16=True trains in here: bfloat16, float16 (an older GPU) or None (float32)
     print(f"device {dev}, torch {torch.__version__}, threads {torch.get_num_threads()}; tokenizer {cfg.tokenizer}, V = {V}; "
-          f"d_model={cfg.d_model} h={cfg.h} d_ff={cfg.d_ff} N={cfg.N} block_size={cfg.block_size} B={cfg.batch_size}")
+          f"d_model={cfg.d_model} h={cfg.h} d_ff={cfg.d_ff} N={cfg.N} block_size={cfg.block_size} B={cfg.batch_size}; "
+          f"training {describe_precision(dev, cpu=True, enabled=cfg.bf16)}")
     for order, name in enumerate(["unigram", "bigram", "trigram"]):
         score = markov_nats_per_char(data["train"], data["held_out"], order, V, chars, k=args.k)
         print(f"Markov {name} (add-{args.k:g}): held-out {score:.3f} nats per character")
     runs, results = {}, {}
-    amp = dev.type == "cuda" or cpu_bf16()  # whether bf16=True means bfloat16 here
     for name, model_class in (("solutions_lib", None), ("torch", TorchGPT)):
         result = fit(cfg, progress=False, log=lambda line: None, data=data, model_class=model_class)
         runs[name], results[name] = result["history"], result
@@ -157,7 +157,7 @@ def main():
     for name, c, r in rows:
         print(f"{name:42} {r['held_out']:18.3f} {r['steps']:6d} {r['tokens_per_second']:9,.0f} {r['seconds']:8.1f}"
               f"   {c.tokenizer}, d_model {c.d_model}, N {c.N}, block {c.block_size}, B {c.batch_size}"
-              f"{', bfloat16' if c.bf16 and amp else ''}")
+              f"{', ' + str(low).removeprefix('torch.') if c.bf16 and low else ''}")
     print(f"{'the interpolated 4-gram (course_lib.ngram)':42} {counted:18.3f} {'':6} {'':9} {counting:8.1f}   counted on the recipe's tokens")
     print("seconds: a model's training and its evaluations, its data already loaded; the command adds its start-up "
           "(tokenizing included) to these")

@@ -7,8 +7,9 @@ benchmarks', which a class's distribution does not ship).
 
 The budget of seconds counts from the command's start (`max_seconds`, held-out evaluations not
 counted); the learning rate warms up, then decays over whichever comes first, max_steps or
-max_seconds. The forward pass runs under bfloat16 autocast on a GPU, and on a CPU with bfloat16 matrix units
-(runtime.cpu_bf16: a step about a quarter faster than in float32); under torchrun every process
+max_seconds. The forward pass runs under bfloat16 autocast on a GPU of compute capability 8.0 or later (float16 with
+a gradient scaler on an older one, a T4 or a V100: training.amp_choice, named in the run's first line), and on a CPU
+with bfloat16 matrix units (runtime.cpu_bf16: a step about a quarter faster than in float32); under torchrun every process
 trains on its share of each batch, and process 0 alone evaluates, prints and saves.
 """
 import argparse
@@ -30,7 +31,8 @@ from tqdm.auto import tqdm
 
 from course_lib import gpt as course_gpt
 from course_lib.text import shakespeare, split
-from course_lib.training import distributed, load_checkpoint, mean_loss, optimizer_step, precision, process_device
+from course_lib.training import (describe_precision, distributed, load_checkpoint, mean_loss, optimizer_step, precision,
+                                 process_device)
 
 
 # ---------------------------------------------------------------- the recipes
@@ -56,7 +58,8 @@ class Config:
     max_seconds: float = 71.0  # training stops this many seconds after the command's start, evaluations not counted (0: none)
     eval_every: int = 0  # evaluate on the held-out text every this many steps (0: at the end only)
     seed: int = 0
-    bf16: bool = True  # the forward pass under bfloat16 autocast where the device multiplies it in hardware
+    bf16: bool = True  # the forward pass under autocast: bfloat16 where the device multiplies it in hardware, float16
+    # with a gradient scaler on an older GPU (training.amp_choice); False: float32
 
 
 # 2 cores: 0.50 M parameters, bfloat16 where the CPU has it. Measured on 2 cores, bfloat16, 71 s (seed 0): 4 blocks on
@@ -447,7 +450,9 @@ def arguments(argv, prog, checkpoint=os.path.join("checkpoints", "gpt.pt")):
 
 def train_command(parser, args, parts, start):
     given = {f.name: getattr(args, f.name) for f in fields(Config) if getattr(args, f.name) is not None}
-    cfg = replace(recipe(process_device(distributed()[0])), **given)
+    rank, _ = distributed()
+    dev = process_device(rank)
+    cfg = replace(recipe(dev), **given)
     if args.resume:
         try:
             saved = read_checkpoint(args.resume, parts.prog)["config"]
@@ -458,6 +463,8 @@ def train_command(parser, args, parts, start):
         check_config(cfg)
     except ValueError as error:
         parser.error(str(error))
+    if rank == 0:  # the run's first line: the precision it trains in, and why
+        print(f"training on {dev} {describe_precision(dev, cpu=True, enabled=cfg.bf16)}", flush=True)
     result = fit(cfg, parts, checkpoint=args.checkpoint, resume=args.resume, progress=not args.no_progress,
                  compile=args.compile, start=start)
     if result["rank"] == 0:

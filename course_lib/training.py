@@ -15,20 +15,52 @@ from course_lib.runtime import cpu_bf16
 from course_lib.runtime import device as default_device
 
 
-def amp_dtype(dev, cpu=False):
-    """bfloat16 on GPUs that support it, else float16 on CUDA; with cpu=True bfloat16 on a CPU with bfloat16
-    matrix units (runtime.cpu_bf16); None (full precision) elsewhere."""
-    if dev.type == "cpu" and cpu and cpu_bf16():
-        return torch.bfloat16
+def amp_choice(dev, cpu=False):
+    """(dtype, why): the autocast dtype on `dev` (None: full precision, float32) and a phrase saying why.
+
+    bfloat16 on a GPU that multiplies it in hardware, compute capability 8.0 or later (A100, A10, L4, RTX 30xx
+    and later, H100, H200). torch.cuda.is_bf16_supported() is no guide: it is True on a T4 or a V100 too (Colab's
+    usual GPUs), which emulate bfloat16 far slower than they multiply float16, so those get float16, whose narrow
+    range needs the gradient scaler (precision). With cpu=True, bfloat16 on a CPU with bfloat16 matrix units
+    (runtime.cpu_bf16); full precision on any other CPU, and on MPS.
+    """
+    if dev.type == "cpu":
+        if not cpu:
+            return None, "autocast on a GPU only"
+        if cpu_bf16():
+            return torch.bfloat16, "this CPU multiplies bfloat16 in hardware"
+        return None, "this CPU has no bfloat16 matrix units"
     if dev.type != "cuda":
-        return None
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return None, f"no autocast on {dev.type}"
+    major, minor = torch.cuda.get_device_capability(dev)
+    gpu = f"{torch.cuda.get_device_name(dev)}, compute capability {major}.{minor}"
+    if major >= 8:
+        return torch.bfloat16, f"{gpu}, multiplies bfloat16 in hardware"
+    return torch.float16, f"{gpu}, has no bfloat16 units"
+
+
+def amp_dtype(dev, cpu=False):
+    """The autocast dtype on `dev` (amp_choice): bfloat16 on GPUs of compute capability 8.0 or later, float16 on
+    older CUDA GPUs; with cpu=True bfloat16 on a CPU with bfloat16 matrix units; None (full precision) elsewhere."""
+    return amp_choice(dev, cpu)[0]
+
+
+def describe_precision(dev, cpu=False, enabled=True):
+    """What precision(dev, cpu, enabled) trains in, and why, for a run's first line: e.g.
+    'under float16 autocast with a gradient scaler (Tesla T4, compute capability 7.5, has no bfloat16 units)'."""
+    if not enabled:
+        return "in float32 (autocast turned off)"
+    low, why = amp_choice(dev, cpu)
+    if low is None:
+        return f"in float32 ({why})"
+    scaler = " with a gradient scaler" if low == torch.float16 else ""
+    return f"under {str(low).removeprefix('torch.')} autocast{scaler} ({why})"
 
 
 def precision(dev, cpu=False, enabled=True):
     """(autocast, scaler) on `dev`: `with autocast():` runs the forward pass in amp_dtype(dev, cpu) (in float32
     when not enabled); the gradient scaler multiplies the loss only under float16, whose small gradients would
-    round to 0."""
+    round to 0. describe_precision(dev, cpu, enabled) says which, and why."""
     low = amp_dtype(dev, cpu) if enabled else None
     scaler = torch.amp.GradScaler(dev.type, enabled=low == torch.float16)
     return ((lambda: torch.autocast(dev.type, dtype=low)) if low else contextlib.nullcontext), scaler

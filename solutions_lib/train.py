@@ -6,7 +6,8 @@
     torchrun --standalone --nproc_per_node=2 -m solutions_lib.train --max-steps 50
 
 Device: CUDA, then Apple MPS, then CPU. On a GPU the forward pass runs under
-autocast (bfloat16 where supported, else float16 with a gradient scaler), and
+autocast (bfloat16 on GPUs of compute capability 8.0 or later, else float16 with a
+gradient scaler; the run's first line says which), and
 attention uses PyTorch's fused kernel. Under torchrun every process trains on
 its own share of each batch and DistributedDataParallel averages the
 gradients (NCCL on GPUs, gloo on CPUs); process 0 evaluates, prints and saves.
@@ -30,7 +31,8 @@ from tqdm.auto import tqdm
 
 from course_lib.dates import date_splits, date_vocab
 from course_lib.tasks import copy_pairs, encode_pairs, letters_vocab, reverse_pairs
-from course_lib.training import distributed, load_checkpoint, mean_loss, optimizer_step, precision, process_device
+from course_lib.training import (describe_precision, distributed, load_checkpoint, mean_loss, optimizer_step, precision,
+                                 process_device)
 from course_lib.transformer import init_embeddings
 from solutions_lib import START
 from solutions_lib.training import label_smoothed_cross_entropy, make_masks, shift_right, warmup_lr
@@ -282,6 +284,10 @@ def main(argv=None):
         saved = torch.load(args.resume, map_location="cpu", weights_only=False)["config"]
         cfg = Config(**(saved | {"max_steps": cfg.max_steps, "target": cfg.target}))
     checkpoint = args.checkpoint or os.path.join("checkpoints", f"{cfg.task}.pt")
+    rank, _ = distributed()
+    dev = process_device(rank)
+    if rank == 0:  # the run's first line: the precision it trains in, and why
+        print(f"training on {dev} {describe_precision(dev)}", flush=True)
     result = fit(cfg, checkpoint=checkpoint, resume=args.resume, progress=not args.no_progress)
     if result["rank"] == 0:
         h = result["history"]
