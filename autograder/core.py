@@ -55,6 +55,9 @@ class Case:
     expected: Outcome | None = None
     weights: dict | None = None
     mistake_outcomes: dict | None = None
+    variant_outcomes: dict | None = None  # {name: (sentence, outcome)}: autograder.relations.variant_outcomes
+    # A requirement of the exercise's text: on these inputs the code must raise this exception (its class name).
+    raises: str | None = None
 
 
 @dataclass
@@ -326,8 +329,10 @@ def load_weights(student_module, weights):
         raise WeightMismatch("its parameters should be " + ", ".join(sorted(ref)) + " (" + "; ".join(parts) + ")")
     for name, value in ref.items():
         if mine[name].shape != value.shape:
+            reversed_ = mine[name].shape == value.shape[::-1] and value.ndim > 1
             raise WeightMismatch(
                 f"parameter {name} has shape {tuple(mine[name].shape)}, expected {tuple(value.shape)}"
+                + (": the same sizes in the reverse order, so the arguments that build it are swapped" if reversed_ else "")
             )
     student_module.load_state_dict(ref)
 
@@ -603,9 +608,7 @@ def describe_inputs(call, names=()):
         if isinstance(x, torch.Tensor):
             text = f"{name}: {tuple(x.shape)} {str(x.dtype).removeprefix('torch.')}"
             if x.numel() <= 12:
-                values = x.detach().cpu()
-                values = values.round(decimals=3) if values.is_floating_point() else values
-                text += f" = {values.tolist()}"
+                text += f" = {_values(x.detach().cpu().tolist())}"
             return text
         return f"{name}: {_short(x)}"
 
@@ -614,6 +617,13 @@ def describe_inputs(call, names=()):
     if call.init is not None:
         lines.insert(0, "built as (" + ", ".join([_short(a) for a in call.init] + [f"{k}={_short(v)}" for k, v in call.init_kwargs.items()]) + ")")
     return lines
+
+
+def _values(x):
+    """Nested lists of numbers as Python writes them, floats with 4 significant digits: [[-1.391, 0.2034]]."""
+    if isinstance(x, list):
+        return "[" + ", ".join(_values(v) for v in x) + "]"
+    return f"{x:.4g}" if isinstance(x, float) else repr(x)
 
 
 def same_outputs(a, b):
@@ -662,7 +672,7 @@ def describe_error(e):
 
 
 def _forward_only(case):
-    return Case(case.label, case.make, case.part, case.hidden, grad=False)
+    return Case(case.label, case.make, case.part, case.hidden, grad=False, raises=case.raises)
 
 
 def reference_module(exercise, case):
@@ -679,7 +689,9 @@ def reference_outcome(exercise, case):
         return case.expected, case.weights
     ref_module = reference_module(exercise, case)
     want = run(exercise, exercise.reference, case, ref_module)
-    if want.error is not None:
+    if case.raises is not None and not _raised(want, case.raises):
+        raise RuntimeError(f"the reference should raise {case.raises} on case {case.label!r}, and did not")
+    if want.error is not None and case.raises is None:
         raise RuntimeError(f"the reference failed on case {case.label!r}: {want.error!r}") from want.error
     return want, ref_module.state_dict() if ref_module is not None else None
 
@@ -692,7 +704,8 @@ def mistake_outcome(exercise, mistake, case):
 
 
 def diagnose(exercise, failed):
-    """The known mistake that reproduces the learner's output on the most failed cases.
+    """The known mistake that reproduces the learner's output on the most failed cases, the first among
+    them: the one the learner is shown (a mistake that is right where the learner is wrong is no name for it).
 
     `failed` is a list of (case, learner's outcome). Ties go to the mistake
     listed first in the catalog.
@@ -700,8 +713,11 @@ def diagnose(exercise, failed):
     best, best_hits = None, 0
     for mistake in exercise.mistakes:
         hits = 0
-        for case, outcome in failed:
-            hits += same_outputs(outcome, mistake_outcome(exercise, mistake, case))
+        for i, (case, outcome) in enumerate(failed):
+            same = same_outputs(outcome, mistake_outcome(exercise, mistake, case))
+            if i == 0 and not same:
+                break
+            hits += same
         if hits > best_hits:
             best, best_hits = mistake, hits
     return best
@@ -715,6 +731,8 @@ def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
     want, weights = reference_outcome(exercise, case)
     if got is None:
         got = run_call(exercise.kind, exercise.train_mode, impl, case.make(), case.grad, weights, timeout, exercise.state_after)
+    if case.raises is not None:
+        return _check_raised(case, got, impl, exercise.kind), got
     if want.error is not None:  # expected to fail (autograder.grading.verdict: the reference built on a learner's mistake)
         return CaseResult(case, same_outputs(got, want), "" if same_outputs(got, want) else f"raised {describe_error(want.error)} elsewhere"), got
     if got.error is not None:
@@ -725,12 +743,37 @@ def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
             return CaseResult(case, False, str(e), timed_out=True), got
         if isinstance(e, WeightMismatch):
             return CaseResult(case, False, f"its weights could not be loaded: {e}"), got
-        return CaseResult(case, False, f"raised {describe_error(e)}"), got
+        where = ()
+        if not case.hidden and impl is not None:
+            from autograder import relations
+
+            where = relations.raised_at(e, impl)
+        return CaseResult(case, False, f"raised {describe_error(e)}", detail=where), got
     problem = compare_outcomes(got, want, exercise.returns)
     if not problem:
         return CaseResult(case, True), got
     detail = () if case.hidden else tuple(["inputs:"] + [f"  {line}" for line in describe_inputs(case.make(), _parameter_names(impl, exercise.kind))] + first_differences(got, want, exercise.returns))
     return CaseResult(case, False, problem, detail=detail, reference=want), got
+
+
+def _raised(outcome, name):
+    """Whether the outcome is an exception of class `name` or of a subclass of it (by name: it may have
+    come out of the grading sandbox)."""
+    return outcome.error is not None and name in [c.__name__ for c in type(outcome.error).__mro__]
+
+
+def _check_raised(case, got, impl, kind):
+    """A case on which the exercise's text requires an exception."""
+    if _raised(got, case.raises):
+        return CaseResult(case, True)
+    if isinstance(got.error, NotImplementedError):
+        return CaseResult(case, False, "not implemented yet (the stub still raises NotImplementedError)", not_implemented=True)
+    if isinstance(got.error, CheckTimeout):
+        return CaseResult(case, False, str(got.error), timed_out=True)
+    inputs = () if case.hidden else tuple(["inputs:"] + [f"  {line}" for line in describe_inputs(case.make(), _parameter_names(impl, kind))])
+    if got.error is not None:
+        return CaseResult(case, False, f"raised {describe_error(got.error)}, where the text asks for a {case.raises}", detail=inputs)
+    return CaseResult(case, False, f"returned where the text asks it to raise a {case.raises} (read the docstring: these inputs are not allowed)", detail=inputs)
 
 
 def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outcomes=None):
@@ -756,7 +799,9 @@ def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outc
         else:
             from autograder import relations
 
-            relation = relations.explain(exercise, failed, [r.reference for r in results if not r.ok])
+            plain = [(i, f) for i, f in enumerate(failed) if f[0].raises is None]  # a missing raise has no relation
+            wants = [r.reference for r in results if not r.ok]
+            relation = relations.explain(exercise, [f for _, f in plain], [wants[i] for i, _ in plain], impl)
             for r in results:
                 r.relation = "" if r.ok else relation
     return Report(exercise, results, planned=tuple(cases))

@@ -58,12 +58,16 @@ def mutant(reference, edit, label):
     # reference sees, also when the grader records the calls the reference makes into earlier
     # exercises (autograder.grading.replay.in_place); the reference's own name is put back at once.
     namespace = vars(sys.modules[reference.__module__])
-    kept = namespace[reference.__name__]
+    kept = dict(namespace)
     try:
         exec(compile(source, filename, "exec"), namespace)
         made = namespace[reference.__name__]
-    finally:
-        namespace[reference.__name__] = kept
+    finally:  # the module as it was: whatever else the source defined or replaced is put back too
+        for name in set(namespace) - set(kept):
+            del namespace[name]
+        namespace.update((name, value) for name, value in kept.items() if namespace.get(name) is not value)
+    if made is kept[reference.__name__]:
+        raise EditError(f"{label}: the edited source does not define {reference.__name__}")
     made.__qualname__ = f"{reference.__qualname__} ({label})"  # inspect.getsource of a class would find the reference's
     made.__mutant_source__ = source
     return made

@@ -5,18 +5,20 @@ built by autograder.release.student_dist) ships neither the reference implementa
 nor the assignment modules with their mistake catalogs and hidden cases. For
 each notebook it ships instead autograder/data/NN_name.pt, a dict
 
-    {"format": 2, "exercises": [exercise, ...]}
+    {"format": 3, "exercises": [exercise, ...]}
 
 where an exercise holds the Exercise's fields (name, points, parts, kind,
 returns, depends_on, train_mode, state_after, notebook), its catalogued
 mistakes as (name, sentence) pairs, and its public cases, each with
 
     label, part, grad
+    raises     the exception class the text requires on these inputs, or None
     call       the case's inputs, pickled as bytes ({"call": Call, "grads": [(tensor, its .grad)]}):
                every run loads a fresh copy
     expected   the reference's Outcome (outputs and gradients)
     weights    for a module exercise, the state dict the learner's module starts from
     mistakes   {mistake name: that mistake's forward-only Outcome}
+    variants   {name: (sentence, Outcome)}: the reference on changed inputs (autograder.relations.variants)
 
 autograder.registry reads this data where the catalogs are absent: `load_all`
 rebuilds each Exercise from it, with Cases whose `expected`, `weights` and
@@ -34,7 +36,7 @@ from autograder import core
 from autograder.core import Case, Exercise, Mistake
 
 DATA = Path(__file__).resolve().parent / "data"
-FORMAT = 2
+FORMAT = 3
 
 
 def load_call(blob):
@@ -46,7 +48,8 @@ def exercise_from(data):
     """An Exercise whose cases carry their precomputed reference and mistake outcomes."""
     cases = [
         Case(c["label"], functools.partial(load_call, c["call"]), c["part"], grad=c["grad"],
-             expected=c["expected"], weights=c["weights"], mistake_outcomes=c["mistakes"])
+             expected=c["expected"], weights=c["weights"], mistake_outcomes=c["mistakes"],
+             variant_outcomes=c["variants"], raises=c["raises"])
         for c in data["cases"]
     ]
     return Exercise(

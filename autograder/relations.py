@@ -3,15 +3,23 @@
 When no catalogued mistake reproduces a learner's output (autograder.core.diagnose), the check
 still says, when it can, how that output is the reference's transformed: transposed, shifted or
 reversed along an axis, scaled or offset by a constant, normalised along another axis, broadcast
-over all pairs, or NaN in some rows. A relation is named only when it holds, within the check's
-tolerances, on every failed case; a wrong name is worse than none.
+over all pairs, or NaN in some rows; or that it is what the reference computes from changed inputs: a
+square weight transposed, two arguments of one shape swapped, a bias left out (`variants`). A relation
+is named only when it holds, within the check's tolerances, on every failed case, and no other one of
+its kind does; a wrong name is worse than none. `raised_at` says where a learner's code raised.
 """
 from __future__ import annotations
 
+import ast
+import dataclasses
 import inspect
 import itertools
+import linecache
 import math
 import re
+import sys
+import sysconfig
+from pathlib import Path
 
 import torch
 
@@ -22,18 +30,28 @@ STEPS = {1: "one step", 2: "two steps"}
 MAX_ENTRIES = 10**5  # larger outputs are not searched
 
 
-def explain(exercise, failed, wants):
+def explain(exercise, failed, wants, impl=None):
     """One sentence relating the learner's first failing tensor output to the reference's on every
     failed case, or ''. `failed` is a list of (case, learner's outcome), as diagnose takes it, and
-    `wants` the reference's outcome of each."""
+    `wants` the reference's outcome of each; `impl`, the learner's code, lends its docstring's axis
+    names where the reference is not at hand (the student distribution: the stub keeps the docstring)."""
     if not failed or failed[0][0].hidden:  # the sentence gives the first failed case's sizes: never a hidden one's
         return ""
+    if len(wants) == len(failed):  # the cases that raised get their own lines (raised_at); the others must all agree
+        kept = [i for i, (_, got) in enumerate(failed) if got.error is None]
+        if kept and kept[0] == 0:
+            failed, wants = [failed[i] for i in kept], [wants[i] for i in kept]
     try:
+        said = _by_variant(exercise, failed, wants)
+        if said:
+            return said
         pairs, index = _pairs(failed, wants)
         if not pairs:
             return ""
-        names = axis_names(exercise, index, pairs[0][1].shape)
-        return relate(pairs, names, _subject(exercise, index, len(failed[0][1].outputs)))
+        names = axis_names(exercise, index, pairs[0][1].shape, impl)
+        subject = _subject(exercise, index, len(failed[0][1].outputs))
+        return (relate(pairs, names, subject) or _by_norm(exercise, failed, pairs, names, subject)
+                or _by_sizes(exercise, failed, pairs, impl, subject))
     except Exception:  # a learner's odd output must never break the check
         return ""
 
@@ -56,7 +74,7 @@ def _pairs(failed, wants):
 
 
 def _comparable(got, want):
-    return (type(got) is torch.Tensor and isinstance(want, torch.Tensor) and want.is_floating_point()
+    return (type(got) is torch.Tensor and isinstance(want, torch.Tensor) and want.dtype != torch.bool
             and got.dtype == want.dtype and got.device == want.device and 0 < want.numel() <= MAX_ENTRIES
             and got.numel() <= MAX_ENTRIES * max(want.shape, default=1))
 
@@ -72,10 +90,13 @@ def _subject(exercise, index, n_outputs):
 # ---------------------------------------------------------------- axis names
 
 
-def axis_names(exercise, index, shape):
+def axis_names(exercise, index, shape, impl=None):
     """The names of the `index`-th output's axes, from the reference's docstring ("-> scores: (B, T)",
-    "returns h_t: (B, d_h)"), or None when it does not say them plainly, or they do not fit `shape`."""
-    reference = exercise.reference
+    "returns h_t: (B, d_h)"), or the learner's where there is no reference, or None when it does not
+    say them plainly, or they do not fit `shape`."""
+    reference = exercise.reference or impl
+    if reference is None:
+        return None
     own = (reference, vars(reference).get("forward")) if inspect.isclass(reference) else (reference,)
     doc = "\n".join(x.__doc__ or "" for x in own if x is not None)  # never a base class's
     said = re.findall(r"(?:->|\breturns?\b)(.*)", doc)  # the rest of the line: "-> scores: (B, T)"
@@ -129,7 +150,12 @@ def relate(pairs, names=None, subject="Your output is"):
     """The sentence naming how every learner's tensor relates to its reference, or ''."""
     shape = pairs[0][1].shape
     same_shape = all(g.shape == w.shape for g, w in pairs)
-    finders = [_non_finite, _permuted, _flipped, _shifted, _scaled, _offset, _normalised] if same_shape else [_permuted, _diagonal]
+    if not pairs[0][1].is_floating_point():
+        finders = [_permuted, _flipped, _shifted] if same_shape else [_permuted]
+    elif same_shape:
+        finders = [_non_finite, _permuted, _flipped, _shifted, _scaled, _offset, _normalised]
+    else:
+        finders = [_permuted, _diagonal]
     for find in finders:
         said = find(pairs, names, shape)
         if said:
@@ -155,7 +181,11 @@ def _non_finite(pairs, names, shape):
     which = ", ".join(map(str, rows[:5])) + (", …" if len(rows) > 5 else "")
     kind = "NaN" if got.isnan().any() else "inf"
     first = "" if len(pairs) == 1 else " in the first failing case"
-    return f"{kind} at index {which} of {_axis(names, shape, 0)}{first}, and the reference's everywhere else."
+    said = f"{kind} at index {which} of {_axis(names, shape, 0)}{first}, and the reference's everywhere else"
+    if all((w[~g.isfinite() & w.isfinite()] == 0).all() for g, w in pairs):
+        said += (": there the reference's entries are 0, where yours divide by a sum or count of 0 "
+                 "(a row with nothing in it needs a guard, such as .clamp_min(1) on the divisor)")
+    return said + "."
 
 
 def _permuted(pairs, names, shape):
@@ -273,6 +303,60 @@ def _offset(pairs, names, shape):
     return ""
 
 
+def _by_norm(exercise, failed, pairs, names, subject):
+    """A module's output that one of its LayerNorms (parameters P.gamma, P.beta) has normalised: every
+    position's (output - P.beta) / P.gamma has mean 0 and variance 1 along the last axis; the reference's not."""
+    if exercise.kind != "module" or not pairs[0][1].is_floating_point():
+        return ""
+    weights = [case.weights if case.expected is not None else core.reference_outcome(exercise, case)[1] for case, _ in failed]
+    norms = [p.removesuffix(".gamma") for p in weights[0] if p.endswith(".gamma") and p[:-6] + ".beta" in weights[0]]
+
+    def standard(x, w, p):
+        if w[p + ".gamma"].shape != x.shape[-1:] or x.shape[-1] < 4:
+            return False
+        z = (x.double() - w[p + ".beta"].double()) / w[p + ".gamma"].double()
+        return bool((z.mean(-1).abs() < 1e-3).all() and ((z.var(-1, unbiased=False) - 1).abs() < 1e-2).all())
+
+    for p in norms:
+        if all(standard(g, w, p) and not standard(want, w, p) for (g, want), w in zip(pairs, weights)):
+            shape = pairs[0][1].shape
+            return (f"{subject} normalised by {p} along {_axis(names, shape, len(shape) - 1)}: at every position, "
+                    f"(yours - {p}.beta) / {p}.gamma has mean 0 and variance 1, and the reference's does not. "
+                    f"A norm applied after a branch is added normalises the residual stream itself.")
+    return ""
+
+
+def _by_sizes(exercise, failed, pairs, impl, subject):
+    """An output with one axis of the wrong size, which is the size of another named axis of the inputs
+    (x: (B, T, d) in the docstring): "runs along B (size 2) where the reference's runs along T (size 6)"."""
+    said = None
+    docs = _doc_shapes(exercise.reference or impl)
+    for (case, _), (got, want) in zip(failed, pairs):
+        differ = [a for a in range(want.ndim) if got.ndim == want.ndim and got.shape[a] != want.shape[a]]
+        if len(differ) != 1:
+            return ""
+        a, sizes = differ[0], {}
+        call = case.make()
+        names = core._parameter_names(exercise.reference or impl, exercise.kind)
+        given = dict(zip(names, call.args)) | call.kwargs
+        for arg, x in given.items():
+            axes = [n.strip() for n in docs.get(arg, "").strip("()").split(",")]
+            if type(x) is torch.Tensor and len(axes) == x.ndim and all(re.fullmatch(r"\w+", n) for n in axes):
+                for n, size in zip(axes, x.shape):
+                    sizes.setdefault(size, set()).add(n)
+        mine, theirs = sizes.get(got.shape[a], set()), sizes.get(want.shape[a], set())
+        if len(mine) != 1 or len(theirs) != 1 or mine == theirs:
+            return ""
+        this = (a, mine.pop(), got.shape[a], theirs.pop(), want.shape[a])
+        if said is not None and said[:2] + said[3:4] != this[:2] + this[3:4]:
+            return ""
+        said = said or this
+    a, mine, m, theirs, t = said
+    noun = subject.removesuffix(" is").removesuffix(" are")
+    return (f"{noun}'s axis {a} runs along {mine} (size {m}) where the reference's runs along {theirs} (size {t}): "
+            f"a sum, a softmax or an index over the wrong axis would do that.")
+
+
 def _sums_to_one(x, a):
     atol, rtol = core.TOLERANCES.get(x.dtype, (1e-5, 1e-4))
     s = x.double().sum(a)
@@ -289,3 +373,240 @@ def _normalised(pairs, names, shape):
             return (f"normalised along {_axis(names, shape, a)}, where the reference's is normalised along "
                     f"{_axis(names, shape, b)}: each sums to 1 there.")
     return ""
+
+
+# ---------------------------------------------------------------- the reference on changed inputs
+
+BIAS = re.compile(r"b(_\w+)?|bias(_\w+)?|\w*\.bias")
+MOST_VARIANTS = 16
+
+
+def variants(exercise, call, weights):
+    """[(name, sentence, change)]: the reference's inputs changed as a natural mistake changes them, a square
+    weight transposed, a bias left out, two arguments of one shape swapped; change(call, weights) returns
+    the changed (call, weights). Sentences follow "Your output is"."""
+    if exercise.kind not in ("function", "module"):
+        return []
+    names = core._parameter_names(exercise.reference, exercise.kind)
+    given = [(names[i] if i < len(names) else f"argument {i + 1}", i, x) for i, x in enumerate(call.args)]
+    given += [(k, k, x) for k, x in call.kwargs.items()]
+    tensors = [(n, at, x) for n, at, x in given if type(x) is torch.Tensor and x.is_floating_point()]
+    found = []
+    for n, at, x in tensors:
+        if x.ndim >= 2 and x.shape[-1] == x.shape[-2] > 1:
+            found.append((f"{n} transposed", f"what the reference computes with {n} transposed: your code uses {n} "
+                          f"the other way round ({n} where {n}.T belongs, or {n}.T where {n} does).",
+                          _change_argument(at, lambda t: t.transpose(-1, -2))))
+        if BIAS.fullmatch(n):
+            found.append((f"without {n}", f"what the reference computes without {n}: a bias left out.",
+                          _change_argument(at, torch.zeros_like)))
+    for p, w in (weights or {}).items():
+        if w.is_floating_point() and w.ndim == 2 and w.shape[0] == w.shape[1] > 1:
+            layer = p.removesuffix(".weight")
+            how = (f": nn.Linear keeps its weight as (out, in) and computes x @ weight.T, as self.{layer}(x) does"
+                   if p.endswith(".weight") else "")
+            found.append((f"{p} transposed", f"what the reference computes with the parameter {p} transposed{how}.",
+                          _change_weight(p, lambda t: t.T.contiguous())))
+        if p.endswith("bias"):
+            found.append((f"without {p}", f"what the reference computes without the parameter {p}: a bias left out.",
+                          _change_weight(p, torch.zeros_like)))
+    for (a, at, x), (b, bt, y) in itertools.combinations(tensors, 2):
+        if x.shape == y.shape and x.dtype == y.dtype:
+            found.append((f"{a} and {b} swapped", f"what the reference computes with {a} and {b} swapped.", _swap_arguments(at, bt)))
+    return found[:MOST_VARIANTS]
+
+
+def _replaced(call, at, value):
+    if isinstance(at, int):
+        return dataclasses.replace(call, args=call.args[:at] + (value,) + call.args[at + 1:])
+    return dataclasses.replace(call, kwargs={**call.kwargs, at: value})
+
+
+def _argument(call, at):
+    return call.args[at] if isinstance(at, int) else call.kwargs[at]
+
+
+def _change_argument(at, f):
+    return lambda call, weights: (_replaced(call, at, f(_argument(call, at)).detach().clone()), weights)
+
+
+def _swap_arguments(at, bt):
+    return lambda call, weights: (_replaced(_replaced(call, at, _argument(call, bt)), bt, _argument(call, at)), weights)
+
+
+def _change_weight(p, f):
+    return lambda call, weights: (call, {**weights, p: f(weights[p])})
+
+
+def variant_outcomes(exercise, case):
+    """{name: (sentence, the reference's forward-only outcome on `case` with that change)}, the changes that
+    run; precomputed where the reference is not at hand (autograder.reference_data)."""
+    if case.variant_outcomes is not None:
+        return case.variant_outcomes
+    if exercise.reference is None or case.raises is not None:
+        return {}
+    _, weights = core.reference_outcome(exercise, case)
+    found = {}
+    for name, says, change in variants(exercise, case.make(), weights):
+        call, changed = change(case.make(), weights)
+        outcome = core.run_call(exercise.kind, exercise.train_mode, exercise.reference, call, False, changed,
+                                state_after=exercise.state_after)
+        if outcome.error is None:
+            found[name] = (says, outcome)
+    return found
+
+
+def _by_variant(exercise, failed, wants):
+    """The sentence of the one change of the reference's inputs that computes the learner's outputs on every
+    failed case (and not the reference's), or ''."""
+    if any(got.error is not None for _, got in failed) or len(wants) != len(failed) or None in wants:
+        return ""
+    held, differs, first = None, set(), None
+    for (case, got), want in zip(failed, wants):
+        found = variant_outcomes(exercise, case)
+        first = first or found
+        matching = {n for n, (_, out) in found.items() if core.same_value(got.outputs, out.outputs)}
+        differs |= {n for n in matching if not core.same_value(found[n][1].outputs, want.outputs)}
+        held = matching if held is None else held & matching
+        if not held:
+            return ""
+    held &= differs
+    if len(held) != 1:
+        return ""  # two changes that compute the same thing: naming either could be wrong
+    subject = _subject(exercise, 0, 1) if len(failed[0][1].outputs) == 1 else "Your outputs are"
+    return f"{subject} {first[held.pop()][0]}"
+
+
+# ---------------------------------------------------------------- where a learner's code raised
+
+_LIBRARIES = tuple(str(Path(p).resolve()) for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+                                                    sysconfig.get_paths()["platlib"], Path(torch.__file__).parent,
+                                                    Path(__file__).parent, Path(__file__).parent.parent / "course_lib"})
+MOST_NAMES = 8
+
+
+def raised_at(error, impl):
+    """Lines saying where the learner's own code raised `error`: the line, and the shape of each tensor it
+    names beside the shape the docstring gives it; () when the traceback does not reach the learner's code."""
+    mine = []  # the learner's frames, outermost first
+    tb = getattr(error, "__traceback__", None)
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_LIBRARIES):
+            mine.append((tb.tb_frame, linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_globals).strip()))
+        tb = tb.tb_next
+    if not mine or not mine[-1][1]:
+        return ()
+    frame, line = mine[-1]
+    lines = [f"it raised at this line of your code{_in(frame)}:", f"  {line}"]
+    for outer, called in reversed(mine[-3:-1]):
+        if called:
+            lines += [f"called from this line{_in(outer)}:", f"  {called}"]
+    docs = _docstring_shapes(impl, frame)
+    named = []
+    for text, value in _named_values(line, frame):
+        said = _describe_value(value)
+        if said:
+            expected = docs.get(text.removeprefix("self."))
+            named.append(f"  {text}: {said}" + (f"; the docstring says {expected}" if expected else ""))
+    if named:
+        lines += ["where"] + named[:MOST_NAMES]
+    lines += _axes_named(line, frame, docs)
+    return tuple(lines)
+
+
+def _axes_named(line, frame, docs):
+    """ "dim=1 is axis h of self.keys[i]'s (B, h, T_cached, d_k)" for each constant dim on the line."""
+    dims = sorted({int(d) for d in re.findall(r"\bdim=(-?\d+)", line)})
+    shaped = [(text, value, docs.get(text.removeprefix("self."))) for text, value in _named_values(line, frame)]
+    shaped = [(t, v, d) for t, v, d in shaped if d and type(v) is torch.Tensor and len(d.split(",")) == v.ndim]
+    if not dims or not shaped:
+        return []
+    text, value, doc = shaped[0]
+    axes = [a.strip() for a in doc.strip("()").split(",")]
+    return [f"dim={d} is axis {axes[d]} of {text}'s {doc}" for d in dims if -len(axes) <= d < len(axes)]
+
+
+def _in(frame):
+    name = frame.f_code.co_name
+    return "" if name.startswith("<") else f" in {name}"
+
+
+def _named_values(line, frame):
+    """[(text, value)] of the names, attributes and simple subscripts on `line` (H, self.W1, keys[i]) and of
+    the modules it calls on them (self.W2(s)), in the order they appear, read from the frame without calling
+    anything but attribute lookups and those modules."""
+    try:
+        tree = ast.parse(line.removesuffix(":") if line.endswith(":") else line)
+    except SyntaxError:
+        tree = ast.parse(" ".join(re.findall(r"[A-Za-z_][\w.]*", line)) or "0")
+    found, seen = [], {"self"}
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
+            continue
+        text = ast.unparse(node)
+        if text in seen:
+            continue
+        seen.add(text)
+        try:
+            value = _evaluate(node, frame)
+        except Exception:  # a name the frame does not have, an index out of range, a call that fails
+            continue
+        found.append((node.col_offset, -len(text), text, value))
+    return [(text, value) for *_, text, value in sorted(found, key=lambda f: f[:2])]
+
+
+def _evaluate(node, frame):
+    if isinstance(node, ast.Name):
+        if node.id in frame.f_locals:
+            return frame.f_locals[node.id]
+        return frame.f_globals[node.id]
+    if isinstance(node, ast.Attribute):
+        if node.attr.startswith("_"):
+            raise AttributeError(node.attr)
+        return getattr(_evaluate(node.value, frame), node.attr)
+    if isinstance(node, ast.Subscript):
+        container = _evaluate(node.value, frame)
+        index = node.slice.value if isinstance(node.slice, ast.Constant) else _evaluate(node.slice, frame)
+        if isinstance(container, (list, tuple)) and type(index) is int:
+            return container[index]
+    if isinstance(node, ast.Call) and not node.keywords and isinstance(node.func, (ast.Name, ast.Attribute)):
+        module = _evaluate(node.func, frame)  # a layer applied to tensors: self.W2(s)
+        args = [_evaluate(a, frame) for a in node.args]
+        if isinstance(module, torch.nn.Module) and args and all(type(a) is torch.Tensor for a in args):
+            with torch.no_grad():
+                return module(*args)
+    raise ValueError("not read")
+
+
+def _describe_value(x):
+    if type(x) is torch.Tensor or isinstance(x, torch.nn.Parameter):
+        text = f"{tuple(x.shape)} {str(x.dtype).removeprefix('torch.')}"
+        if not x.is_floating_point() and 0 < x.numel():
+            low, high = int(x.min()), int(x.max())
+            text += f", values {low} to {high}" if low != high else f", every value {low}"
+        return text
+    if isinstance(x, torch.nn.Module):
+        text = repr(x)
+        return text if "\n" not in text and len(text) <= 100 else type(x).__name__
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return repr(x)
+    return ""
+
+
+def _docstring_shapes(impl, frame):
+    """{name: "(B, T, d)"} from the docstrings of the learner's exercise and of the function that raised."""
+    self = frame.f_locals.get("self")
+    raised = getattr(type(self), frame.f_code.co_name, None) if self is not None else frame.f_globals.get(frame.f_code.co_name)
+    return _doc_shapes(raised) | _doc_shapes(impl)
+
+
+def _doc_shapes(obj):
+    """{name: "(B, T, d)"} from the docstrings of a function, or of a class and its forward: "x: (B, T, d)"."""
+    owners = [obj, getattr(obj, "forward", None)] if inspect.isclass(obj) else [obj]
+    shapes = {}
+    for owner in owners:
+        doc = getattr(owner, "__doc__", None) if owner is not None else None
+        for names, shape in re.findall(r"([\w\[\].]+(?:, [\w\[\].]+)*): (\([^()]*\))", doc if isinstance(doc, str) else ""):
+            for name in names.split(", "):
+                shapes.setdefault(name, shape)
+    return shapes

@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import torch
 
-from autograder import core, registry
+from autograder import core, registry, relations
 from autograder.mutants import source_of
 from autograder.reference_data import FORMAT
 
@@ -52,9 +52,10 @@ def exercise_data(ex):
         call = case.make()
         torch.save(core.portable_call(call), blob)
         cases.append({
-            "label": case.label, "part": case.part, "grad": case.grad, "call": blob.getvalue(),
+            "label": case.label, "part": case.part, "grad": case.grad, "call": blob.getvalue(), "raises": case.raises,
             "expected": expected, "weights": weights,
             "mistakes": {m.name: _portable(core.mistake_outcome(ex, m, case)) for m in ex.mistakes},
+            "variants": {n: (says, _portable(out)) for n, (says, out) in relations.variant_outcomes(ex, case).items()},
         })
         foreign = _not_shipped_modules(pickled_modules(blob.getvalue()))
         if foreign:

@@ -213,12 +213,143 @@ def test_a_catalogued_mistake_wins(monkeypatch):
 
 
 def test_a_mistake_with_no_relation_gets_no_sentence(monkeypatch):
-    # h_prev @ W_hh instead of its transpose: the output is no transform of the reference's (the weight is
-    # transposed inside the tanh), so nothing is named rather than something wrong.
-    ex, fn = learners("rnn_cell", "h_prev @ W_hh.T", "h_prev @ W_hh")
+    # sigmoid for tanh: no transform of the reference's output and no change of its inputs computes it,
+    # so nothing is named rather than something wrong
+    ex, fn = learners("rnn_cell", "torch.tanh(", "torch.sigmoid(")
     failure = check_exercise(ex, fn, hidden=True).failures()[0]
     assert failure.diagnosis == "" and failure.relation == ""
     assert failure_of("rnn_cell", fn, monkeypatch).endswith("(tolerance 1e-05 + 0.0001·|expected|)")
+
+
+# ---------------------------------------------------------------- the reference on changed inputs
+
+
+def test_a_weight_used_the_other_way_round_is_named(monkeypatch):
+    ex, fn = learners("rnn_cell", "h_prev @ W_hh.T", "h_prev @ W_hh")
+    assert check_exercise(ex, fn, hidden=True).failures()[0].diagnosis == ""
+    assert failure_of("rnn_cell", fn, monkeypatch).endswith(
+        ". Your output is what the reference computes with W_hh transposed: your code uses W_hh the other way round "
+        "(W_hh where W_hh.T belongs, or W_hh.T where W_hh does).")
+
+
+def test_a_bias_left_out_and_two_arguments_swapped_are_named(monkeypatch):
+    ex, fn = learners("rnn_cell", "h_prev @ W_hh.T + b_hh)", "h_prev @ W_hh.T)")
+    monkeypatch.setattr(ex, "mistakes", ())  # catalogued too (the catalogue wins: test_a_catalogued_mistake_wins)
+    assert failure_of("rnn_cell", fn, monkeypatch).endswith(". Your output is what the reference computes without b_hh: a bias left out.")
+    _, fn = learners("rnn_cell", "x_t @ W_ih.T + b_ih", "x_t @ W_ih.T + b_hh")  # b_ih twice: not one change of the inputs
+    assert "reference computes" not in failure_of("rnn_cell", fn, monkeypatch)
+
+
+def test_changes_that_compute_the_same_thing_are_not_named():
+    from autograder.core import Outcome
+    from autograder.relations import _by_variant
+
+    ex, _ = learners("rnn_cell", "h_prev @ W_hh.T", "h_prev @ W_hh")
+    case = ex.cases()[0]
+    same = Outcome(outputs=(torch.ones(2),))
+    case.variant_outcomes = {"a": ("what a.", same), "b": ("what b.", same)}
+    want = Outcome(outputs=(torch.zeros(2),))
+    assert _by_variant(ex, [(case, same)], [want]) == ""
+    case.variant_outcomes = {"a": ("what a.", same)}
+    assert _by_variant(ex, [(case, same)], [want]) == "Your output is what a."
+
+
+def test_nan_where_a_row_had_nothing_to_divide(monkeypatch):
+    _, fn = learners("transition_matrix", "counts / totals.clamp_min(1)", "counts / totals")
+    reason = failure_of("transition_matrix", fn, monkeypatch)
+    assert "Your output is NaN at index 3 of axis 0 (size 8) in the first failing case, and the reference's everywhere " \
+           "else: there the reference's entries are 0, where yours divide by a sum or count of 0" in reason
+
+
+def test_a_norm_on_the_residual_stream_is_named(monkeypatch):
+    ex = registry.get("Block")
+    fn = mutant(ex.reference.__wrapped__, swap("x = x + self.dropout(self.attend(self.ln1(x), cache, i))",
+                                               "x = self.ln1(x + self.dropout(self.attend(x, cache, i)))")
+                & swap("return x + self.dropout(self.ffn(self.ln2(x)))", "return self.ln2(x + self.dropout(self.ffn(x)))"), "learner's Block")
+    monkeypatch.setattr(ex, "mistakes", ())  # post_norm is catalogued: here it is named without the catalogue
+    assert "Your output is normalised by ln2 along axis 2 (size 8): at every position, (yours - ln2.beta) / ln2.gamma " \
+           "has mean 0 and variance 1, and the reference's does not." in failure_of("Block", fn, monkeypatch)
+
+
+def test_windows_one_token_late_are_named_a_shift(monkeypatch):
+    _, fn = learners("get_batch", "starts[:, None] + torch.arange(block_size, device=data.device)",
+                     "starts[:, None] + torch.arange(1, block_size + 1, device=data.device)")
+    assert failure_of("get_batch", fn, monkeypatch).endswith(
+        ". Your x is the reference's shifted one step along axis 1 (block_size, size 8): your first entry there is the reference's second.")
+
+
+# ---------------------------------------------------------------- where the learner's code raised
+
+
+def test_the_line_that_raised_and_the_shapes_on_it(monkeypatch):
+    _, fn = learners("AdditiveScore", "self.W2(s).unsqueeze(1)", "self.W2(s)")
+    with pytest.raises(CheckFailed) as info:
+        monkeypatch.setattr(api, "_passed", {})
+        check("AdditiveScore", fn)
+    lines = info.value.lines
+    assert lines[0].startswith("✘ AdditiveScore: case [B=2, T=5, d_s=6, d_h=6]: raised RuntimeError: The size of tensor a (5)")
+    assert lines[1:6] == ["    it raised at this line of your code in forward:",
+                          "      hidden = torch.tanh(self.W1(H) + self.W2(s))  # (B, T, d_a)",
+                          "    where",
+                          "      self.W1(H): (2, 5, 4) float32",
+                          "      self.W1: Linear(in_features=6, out_features=4, bias=False)"]
+    assert "      H: (2, 5, 6) float32; the docstring says (B, T, d_h)" in lines
+    assert "      self.W2(s): (2, 4) float32" in lines and "      s: (2, 6) float32; the docstring says (B, d_s)" in lines
+
+
+def test_an_index_on_the_wrong_axis_shows_the_sizes(monkeypatch):
+    _, fn = learners("permutation_gap", "(f(x[:, perm]) - f(x)[:, perm])", "(f(x[perm]) - f(x)[perm])")
+    with pytest.raises(CheckFailed) as info:
+        monkeypatch.setattr(api, "_passed", {})
+        check("permutation_gap", fn)
+    lines = info.value.lines
+    assert "IndexError: index 5 is out of bounds for dimension 0 with size 2" in lines[0]
+    assert "      x: (2, 6, 8) float32; the docstring says (B, T, d)" in lines
+    assert "      perm: (6,) int64, values 0 to 5" in lines
+
+
+def test_a_dim_is_named_by_the_docstrings_axes(monkeypatch):
+    _, fn = learners("KVCache", "torch.cat([self.keys[i], k], dim=2), torch.cat([self.values[i], v], dim=2)",
+                     "torch.cat([self.keys[i], k], dim=1), torch.cat([self.values[i], v], dim=1)")
+    with pytest.raises(CheckFailed) as info:
+        monkeypatch.setattr(api, "_passed", {})
+        check("KVCache", fn)
+    lines = info.value.lines
+    assert "      self.keys[i]: (2, 2, 3, 4) float32; the docstring says (B, h, T_cached, d_k)" in lines
+    assert lines[-1] == "    dim=1 is axis h of self.keys[i]'s (B, h, T_cached, d_k)"
+
+
+def test_nothing_is_said_when_the_traceback_never_reaches_the_learners_code():
+    from autograder.relations import raised_at
+
+    try:
+        torch.zeros(2) + torch.zeros(3)
+    except RuntimeError as e:
+        assert raised_at(e, None)[1].strip() == "torch.zeros(2) + torch.zeros(3)"  # this test file is nobody's library
+    assert raised_at(RuntimeError("made, never raised"), None) == ()
+
+
+# ---------------------------------------------------------------- what the text requires
+
+
+def test_a_missing_raise_costs_its_part(monkeypatch):
+    _, fn = learners("shift_matrix", """    if d_model % 2:
+        raise ValueError("a shift is a linear map of the encoding only for an even d_model")
+""", "")
+    report = check_exercise(registry.get("shift_matrix"), fn, hidden=True)
+    assert report.part_ok("M_k") and not report.part_ok("odd d_model raises") and 0 < report.score < report.exercise.points
+    failure = report.failures()[0]
+    assert failure.problem.startswith("raised IndexError: ") and failure.problem.endswith(", where the text asks for a ValueError")
+    _, fn = learners("shift_matrix", 'raise ValueError("a shift', 'return None  # ("a shift')
+    assert check_exercise(registry.get("shift_matrix"), fn).failures()[0].problem == \
+        "returned where the text asks it to raise a ValueError (read the docstring: these inputs are not allowed)"
+
+
+def test_inputs_are_printed_with_four_significant_digits():
+    from autograder.core import Call, describe_inputs
+
+    assert describe_inputs(Call((torch.tensor([[-1.391, 0.20346]]), torch.tensor([3, 4]))), ["x", "ids"]) == [
+        "x: (1, 2) float32 = [[-1.391, 0.2035]]", "ids: (2,) int64 = [3, 4]"]
 
 
 def test_a_fitted_constant_needs_more_entries_than_one():
@@ -237,3 +368,11 @@ def test_nothing_of_a_hidden_case_is_said():
     hidden = [c for c in ex.cases() if c.hidden]
     only_hidden = type(ex)(**{**vars(ex), "cases": lambda: hidden})
     assert check_exercise(only_hidden, fn, hidden=True).failures()[0].relation == ""
+
+
+def test_an_axis_of_the_wrong_input_size_is_named_by_the_docstrings_axes():
+    ex, fn = learners("sample_next", "return logits.argmax(dim=-1)", "return logits.argmax(dim=0)")
+    failure = check_exercise(ex, fn).failures()[0]
+    assert failure.problem == "the output has shape (12,), expected (8,)"
+    assert failure.relation == ("Your output's axis 0 runs along V (size 12) where the reference's runs along B (size 8): "
+                                "a sum, a softmax or an index over the wrong axis would do that.")

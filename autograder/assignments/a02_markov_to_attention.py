@@ -27,6 +27,12 @@ def _corpus(seed, n_sentences, n_words, capitals=False):
     return sentences
 
 
+def _sentences(seed, n_sentences, n_words):
+    """The label of _corpus(seed, n_sentences, n_words): the words it actually uses, which can be fewer than n_words."""
+    used = {w.lower() for sentence in _corpus(seed, n_sentences, n_words) for w in sentence.split()}
+    return f"{n_sentences} random sentences using {len(used)} distinct words"
+
+
 def _dtype_label(dtype):
     return "" if dtype == torch.float32 else f", {str(dtype).replace('torch.', '')}"
 
@@ -35,7 +41,7 @@ def _dtype_label(dtype):
 
 
 def _vocab_case(seed, n_sentences, n_words, capitals=False, hidden=False):
-    label = f"{n_sentences} random sentences over {n_words} words" + (", capitalised" if capitals else "")
+    label = _sentences(seed, n_sentences, n_words) + (", capitalised" if capitals else "")
     return Case(label, lambda: Call((_corpus(seed, n_sentences, n_words, capitals),)), hidden=hidden, grad=False)
 
 
@@ -70,7 +76,7 @@ def _transition_case(seed, n_sentences, n_words, order, hidden=False):
         sentences = _corpus(seed, n_sentences, n_words)
         return Call((sentences, ref.build_vocab(sentences)), {"order": order})
 
-    label = f"order {order}, {n_sentences} random sentences over {n_words} words"
+    label = f"order {order}, " + _sentences(seed, n_sentences, n_words)
     return Case(label, make, part=f"order {order}", hidden=hidden, grad=False)
 
 
@@ -99,7 +105,7 @@ def _next_word_case(seed, n_sentences, n_words, order, hidden=False):
         words = sentences[-1].split()
         return Call((ref.transition_matrix(sentences, vocab, order), vocab, " ".join(words[:-1])))
 
-    return Case(f"order {order}, {n_sentences} random sentences over {n_words} words", make, hidden=hidden, grad=False)
+    return Case(f"order {order}, " + _sentences(seed, n_sentences, n_words), make, hidden=hidden, grad=False)
 
 
 def _battery_next_case(order):
@@ -126,7 +132,7 @@ def _skip_table_case(seed, n_sentences, n_words, hidden=False):
         sentences = _corpus(seed, n_sentences, n_words)
         return Call((sentences, ref.build_vocab(sentences)))
 
-    return Case(f"{n_sentences} random sentences over {n_words} words", make, hidden=hidden, grad=False)
+    return Case(_sentences(seed, n_sentences, n_words), make, hidden=hidden, grad=False)
 
 
 LOG_SENTENCES = [
@@ -152,7 +158,7 @@ def _votes_case(seed, n_sentences, n_words, hidden=False):
         context = " ".join(sentences[0].split()[:-1])
         return Call((context, ref.skip_transition_table(sentences, vocab), vocab))
 
-    return Case(f"{n_sentences} random sentences over {n_words} words", make, hidden=hidden, grad=False)
+    return Case(_sentences(seed, n_sentences, n_words), make, hidden=hidden, grad=False)
 
 
 def votes_cases():

@@ -55,7 +55,13 @@ def pe_module_cases():
 
 
 def shift_cases():
-    return _table_cases("k", public=[(1, 8), (5, 16), (3, 4, torch.float64), (-2, 6)], hidden=[(17, 32, torch.float64)])
+    even = _table_cases("k", public=[(1, 8), (5, 16), (3, 4, torch.float64), (-2, 6)], hidden=[(17, 32, torch.float64)])
+
+    def odd(k, d_model, hidden=False):  # the text: "for an odd d_model raise a ValueError"
+        return Case(dims(k=k, d_model=d_model) + ": odd, so no such matrix", lambda: Call((k, d_model)),
+                    part="odd d_model raises", hidden=hidden, grad=False, raises="ValueError")
+
+    return [Case(c.label, c.make, "M_k", c.hidden, c.grad) for c in even] + [odd(1, 7), odd(4, 9, hidden=True)]
 
 
 # ---------------------------------------------------------------- LearnedPositionalEmbedding
@@ -116,7 +122,7 @@ def gap_cases():
 EXERCISES = [
     Exercise("sinusoidal_positional_encoding", ref.sinusoidal_positional_encoding, points=2, cases=pe_cases),
     Exercise("PositionalEncoding", ref.PositionalEncoding, points=2, cases=pe_module_cases, kind="module", depends_on=("sinusoidal_positional_encoding",)),
-    Exercise("shift_matrix", ref.shift_matrix, points=2, cases=shift_cases),
+    Exercise("shift_matrix", ref.shift_matrix, points=2, cases=shift_cases, parts={"M_k": 3, "odd d_model raises": 1}),
     Exercise("LearnedPositionalEmbedding", ref.LearnedPositionalEmbedding, points=1, cases=learned_cases, kind="module"),
     Exercise("permutation_gap", ref.permutation_gap, points=1, cases=gap_cases),
 ]

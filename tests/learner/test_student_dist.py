@@ -33,7 +33,7 @@ from autograder.core import check_exercise
 from autograder.reference_data import exercise_from
 from autograder.release import fill_submission, mistake_source
 from autograder.results import notebook_results
-from conftest import ROOT
+from conftest import ASSIGNMENTS, ROOT
 
 EXERCISES = registry.all_exercises()
 NOTEBOOK = "06_multi_head_attention"  # run end to end in the distribution: it uses stand-ins (the masks)
@@ -137,7 +137,7 @@ def test_transformer_stand_in_has_the_course_interface():
 # ---------------------------------------------------------------- precomputed checks (fast)
 
 
-@pytest.mark.parametrize("notebook", sorted({ex.notebook for ex in EXERCISES}))
+@pytest.mark.parametrize("notebook", ASSIGNMENTS)
 def test_precomputed_checks_agree_with_the_repository(notebook):
     """Stored, the reference passes and each catalogued mistake fails on the same cases,
     with the same reason and diagnosis, as in the repository's check on the public cases."""
@@ -322,3 +322,71 @@ def test_a_class_trains_and_samples_its_own_gpt_from_the_command_line(dist, tmp_
     assert run.stdout.startswith("train: your GPT, get_batch, nats_per_char (10); tokenizer: your encode and decode (09)")
     sample = my_gpt("sample", "--checkpoint", str(ckpt), "--prompt", "ROMEO:", "--tokens", "10")
     assert sample.returncode == 0 and sample.stdout.split("\n", 1)[1].startswith("ROMEO:"), sample.stderr[-3000:]
+
+
+# Natural first mistakes that no catalogue entry names, each an edit of the reference (exercise, old, new): the
+# distribution's check must name each from how its output, or the line that raised, relates to the reference.
+FIRST_MISTAKES = [
+    ("rnn_cell", "h_prev @ W_hh.T", "h_prev @ W_hh", "what the reference computes with W_hh transposed"),
+    ("rnn_forward", "        h_t = rnn_cell(x[:, t], h_t, W_ih, W_hh, b_ih, b_hh)\n        outputs.append(h_t)",
+     "        outputs.append(h_t)\n        h_t = rnn_cell(x[:, t], h_t, W_ih, W_hh, b_ih, b_hh)",
+     "shifted one step along axis 1 (T, size 5): your second entry there is the reference's first"),
+    ("transition_matrix", "counts / totals.clamp_min(1)", "counts / totals", "where yours divide by a sum or count of 0"),
+    ("dot_score", "(H @ s.unsqueeze(-1)).squeeze(-1)", "s @ H.transpose(1, 2)", "is paired with every other, as broadcasting does"),
+    ("AdditiveScore", "self.W2(s).unsqueeze(1)", "self.W2(s)", "self.W2(s): (2, 4) float32"),
+    ("permutation_gap", "(f(x[:, perm]) - f(x)[:, perm])", "(f(x[perm]) - f(x)[perm])",
+     "x: (2, 6, 8) float32; the docstring says (B, T, d)"),
+    ("shift_matrix", "    if d_model % 2:\n        raise ValueError(", "    if False:\n        raise ValueError(",
+     "where the text asks for a ValueError"),
+    ("get_batch", "starts[:, None] + torch.arange(block_size, device=data.device)",
+     "starts[:, None] + torch.arange(1, block_size + 1, device=data.device)",
+     "Your x is the reference's shifted one step along axis 1 (block_size, size 8)"),
+    ("Block", "x = x + self.dropout(self.attend(self.ln1(x), cache, i))\n        return x + self.dropout(self.ffn(self.ln2(x)))",
+     "x = self.ln1(x + self.dropout(self.attend(x, cache, i)))\n        return self.ln2(x + self.dropout(self.ffn(x)))",
+     "normalised by ln2 along axis 2 (size 8)"),
+    ("KVCache", "torch.cat([self.keys[i], k], dim=2), torch.cat([self.values[i], v], dim=2)",
+     "torch.cat([self.keys[i], k], dim=1), torch.cat([self.values[i], v], dim=1)",
+     "dim=1 is axis h of self.keys[i]'s (B, h, T_cached, d_k)"),
+]
+
+
+@pytest.mark.slow
+def test_first_mistakes_are_named_without_a_catalogue(dist):
+    from autograder.mutants import source_of
+
+    sources = {}
+    for name, old, new, _ in FIRST_MISTAKES:
+        reference = getattr(registry.get(name).reference, "__wrapped__", registry.get(name).reference)
+        assert source_of(reference).count(old) == 1, name
+        sources[name] = source_of(reference).replace(old, new)
+    sources["rnn_forward"] = source_of(registry.get("rnn_cell").reference) + "\n\n" + sources["rnn_forward"]
+    out = in_dist(dist, """
+import contextlib, io, json, linecache, math, sys
+import torch
+import torch.nn.functional as F
+from torch import nn
+from autograder import CheckFailed, api, check, registry
+from course_lib.attention import causal_mask
+from course_lib.gpt import FeedForward, LayerNorm
+from course_lib.multihead import MultiHeadAttention
+
+said = {}
+for name, source in json.loads(sys.argv[1]).items():
+    registry.get(name).mistakes = []  # nothing catalogued: the check must find the words itself
+    api._passed.clear()
+    namespace, cell = dict(globals()), f"<learner's {name}>"
+    linecache.cache[cell] = (len(source), None, source.splitlines(True), cell)  # as IPython keeps a cell's lines
+    exec(compile(source, cell, "exec"), namespace)
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            check(name, namespace[name])
+        said[name] = printed.getvalue()
+    except CheckFailed as e:
+        said[name] = "\\n".join(e.lines)
+print(json.dumps(said))
+""", __import__("json").dumps(sources))
+    said = __import__("json").loads(out.splitlines()[-1])
+    for name, _, _, words in FIRST_MISTAKES:
+        assert words in said[name], (name, said[name])
+        assert "Likely mistake" not in said[name], name

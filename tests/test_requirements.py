@@ -1,0 +1,96 @@
+"""What an exercise's text requires is checked, with points: every sentence of an exercise's text (its
+markdown, from the cell of its heading to its check cell, and the docstring of its stub) that says "must" or "raise"
+is listed here with the public case that checks it, or why it asks nothing of the learner's code. A new
+such sentence fails until it is listed; an entry whose sentence is gone fails too. A sentence asking for
+an exception needs a case that expects it (Case.raises), which costs its part's points when it is missing."""
+import re
+
+import nbformat
+
+from autograder import registry
+from conftest import ROOT
+
+# (exercise, words of the sentence): a public case label that checks it, or ("not a requirement", why)
+REQUIREMENTS = {
+    ("apply_mask", "so it must broadcast along the columns"): "V=5",
+    ("attention_weights", "the padding positions must get weight 0"): "B=3, T=6, mask",
+    ("attention_weights", "Masked positions must get weight exactly 0"): "B=3, T=6, mask",
+    ("attention_weights", "must become a row of zeros"): "B=3, T=5, mask, one row all masked",
+    ("shift_matrix", "For an odd `d_model` raise a `ValueError`"): "k=1, d_model=7: odd, so no such matrix",
+    ("shift_matrix", "d_model must be even"): "k=1, d_model=7: odd, so no such matrix",
+    ("scaled_dot_product_attention", "some keys must be invisible to some queries"): "B=2, T_q=4, T_k=6, d_k=8, d_v=5, random mask",
+    ("merge_heads", "which copies when it must"): ("not a requirement", "advice on reshape against view"),
+    ("MultiHeadAttention", "Your module must not assume they are equal"): "B=2, T_q=4, T_k=6, d_model=8, h=2",
+    ("shift_right", "decoder input `tgt_in`"): ("not a requirement", "a table whose cells end in 'must' by chance of the split"),
+    ("label_smoothed_cross_entropy", "`q` must sum to 1"): "B=2, T=5, V=7, smoothing=0.1",
+    ("exact_match", "it raises when there is none"): ("not a requirement", "how list.index behaves, said as a hint"),
+    ("merge_pair", "It must not become `[new, new]`"): "'aaaa' with the pair (a, a)",
+    ("encode", "must go through the same sequence of states"): "a sentence of its own corpus, 30 merges",
+    ("get_batch", "Every window must lie inside the data"): "data of 12 tokens, block_size=11, B=5",
+    ("sample_next", "Raise ValueError for settings sample_next cannot use"): ("not a requirement", "given code: check_sampling is written for the learner"),
+}
+ASKS_FOR_AN_ERROR = re.compile(r"\braise (?:an? )?`?(\w+Error)`?")
+
+
+def exercise_texts():
+    """{exercise: its text in the released notebook}: markdown from its heading to its check cell, and docstrings."""
+    texts = {}
+    for path in sorted((ROOT / "notebooks").glob("*/*.ipynb")):
+        current = None
+        for cell in nbformat.read(path, as_version=4).cells:
+            heading = re.search(r"### Exercise \d+ · `(\w+)`", cell.source) if cell.cell_type == "markdown" else None
+            if heading:
+                current = heading.group(1)
+                texts[current] = ""
+            if current is None:
+                continue
+            if cell.cell_type == "code" and re.search(r'\bcheck\("', cell.source):
+                current = None
+            elif cell.cell_type == "markdown":
+                texts[current] += cell.source + "\n"  # the heading's cell whole: it explains the exercise
+            else:
+                texts[current] += "\n".join(re.findall(r'"""(.*?)"""', cell.source, re.S)) + "\n"
+    return texts
+
+
+def requirement_sentences(text):
+    return [" ".join(s.split()) for s in re.split(r"(?<=[.;:])\s+", text)
+            if re.search(r"\bmust\b|\braises?\b", s, re.I) and "NotImplementedError" not in s]
+
+
+def test_every_must_and_raise_has_a_case():
+    texts = exercise_texts()
+    assert len(texts) == len(registry.all_exercises()), "every exercise has a heading in its released notebook"
+    unlisted = []
+    for name, text in texts.items():
+        for sentence in requirement_sentences(text):
+            if not any(ex == name and words in sentence for ex, words in REQUIREMENTS):
+                unlisted.append((name, sentence))
+    assert not unlisted, f"list each in REQUIREMENTS with the case that checks it: {unlisted}"
+    for (name, words), checked in REQUIREMENTS.items():
+        assert any(words in s for s in requirement_sentences(texts[name])), f"{name}: {words!r} is no longer in its text"
+        if isinstance(checked, str):
+            labels = [c.label for c in registry.get(name).cases() if not c.hidden]
+            assert checked in labels, f"{name}: no public case {checked!r} (there are {labels})"
+
+
+def test_an_exception_the_text_asks_for_is_a_case_with_points():
+    for name, text in exercise_texts().items():
+        _cases_for_the_errors_asked(name, set(ASKS_FOR_AN_ERROR.findall(text)))
+
+
+def _cases_for_the_errors_asked(name, asked):
+    ex = registry.get(name)
+    for error in asked:
+        for hidden in (False, True):
+            cases = [c for c in ex.cases() if c.raises == error and c.hidden == hidden]
+            assert cases, f"{name}: the text asks for a {error}: add a {'hidden' if hidden else 'public'} case with raises={error!r}"
+            assert len({c.part for c in ex.cases()}) > 1 and all(
+                c.part not in {o.part for o in ex.cases() if o.raises is None} for c in cases), \
+                f"{name}: the {error} cases get a part of their own, so a missing raise costs only its share"
+
+
+def test_the_lint_finds_a_requirement_nobody_listed():
+    assert requirement_sentences("Compute it. The rows must sum to 1; for odd d raise a `ValueError`.") == [
+        "The rows must sum to 1;", "for odd d raise a `ValueError`."]
+    assert ASKS_FOR_AN_ERROR.findall("For an odd `d_model` raise a `ValueError`.") == ["ValueError"]
