@@ -1,4 +1,4 @@
-"""python -m autograder {check, progress, release, grade, merge, demo}"""
+"""python -m autograder {check, progress, release, grade, merge, demo, new-exercise}"""
 import argparse
 import faulthandler
 import importlib.util
@@ -20,6 +20,9 @@ COMMANDS = """commands:
   python -m autograder grade COURSE --shard K/N      grade only shard K of N of the class, on one of N nodes
   python -m autograder merge COURSE SHARD...         take graded shards' results into COURSE's gradebook and grades.csv
   python -m autograder demo                          the instructor pipeline on example submissions
+  python -m autograder new-exercise NB NAME --after EX
+                                                     add exercise NAME, its reference written in solutions_lib
+  python -m autograder new-exercise NB NAME --check  what an exercise still lacks: hidden cases, mistakes, hints
 """ if INSTRUCTOR else "")
 
 
@@ -73,6 +76,18 @@ def add_instructor_commands(sub):
     p = sub.add_parser("demo", help="grade the example submissions in a temporary course folder")
     p.add_argument("--jobs", "-j", type=int, default=2)
     p.add_argument("--keep", metavar="DIR", help="grade in DIR and keep the results")
+
+    p = sub.add_parser("new-exercise", help="add an exercise to a notebook, from its reference in solutions_lib: the "
+                       "notebook's cells, the catalog's Exercise(...) with a skeleton of cases, and the TOML table of its mistakes")
+    p.add_argument("notebook", metavar="NOTEBOOK", help="NN_name, or NN")
+    p.add_argument("name", metavar="NAME", help="the exercise: a function or class of that name in solutions_lib")
+    p.add_argument("--after", metavar="EXERCISE", help="the exercise of the notebook it comes after")
+    p.add_argument("--kind", choices=("function", "module", "class"), help="how it is checked (default: from the reference)")
+    p.add_argument("--points", type=float, default=1)
+    p.add_argument("--difficulty", type=int, choices=(1, 2, 3), default=1, help="for the heading (default 1)")
+    p.add_argument("--minutes", type=int, default=10, help="the time it takes, for the heading (default 10)")
+    p.add_argument("--check", action="store_true", help="instead, list what the exercise still lacks: hidden cases, "
+                   "mistakes caught on a public case, hints, text")
 
 
 def run(args):
@@ -137,6 +152,23 @@ def run(args):
         from autograder.grading.demo import demo
 
         return demo(jobs=args.jobs, keep=args.keep)
+    if args.command == "new-exercise":
+        from autograder.course import find_root
+        from autograder.new_exercise import add, full_name, missing
+
+        root = find_root()
+        if args.check:
+            lacks = missing(root, args.notebook, args.name)
+            print("\n".join(f"- {line}" for line in lacks) or f"{args.name}: nothing missing")
+            return 1 if lacks else 0
+        if not args.after:
+            raise CourseError("say where the exercise goes: --after EXERCISE")
+        points = int(args.points) if args.points == int(args.points) else args.points
+        changed = add(root, args.notebook, args.name, args.after, args.kind, points, args.difficulty, args.minutes)
+        print(f"added {args.name}; written: {', '.join(str(p.relative_to(root)) for p in changed)}. Next: its cases and "
+              f"mistakes, its text and hints (each TODO), then `python -m autograder new-exercise "
+              f"{full_name(root, args.notebook)} {args.name} --check`")
+        return 0
     return 2
 
 

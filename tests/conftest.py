@@ -1,6 +1,9 @@
 """Shared, expensive fixtures: each notebook is released once and every
 submission is graded by real nbgrader once per test run; the tests read the results."""
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -14,8 +17,14 @@ from autograder.release import DEMO_STUDENTS, demo_submissions, fill_submission,
 from autograder.results import notebook_results
 
 ROOT = Path(__file__).resolve().parent.parent
-# COURSE_ASSIGNMENTS=01_rnn_lstm,02_markov_to_attention limits the notebook tests to those.
+# COURSE_ASSIGNMENTS=01_rnn_lstm,02_markov_to_attention limits the notebook tests, and every test
+# parametrised over exercises (exercises() below), to those notebooks; course-wide tests still run.
 ASSIGNMENTS = [a for a in assignments(ROOT) if a in os.environ.get("COURSE_ASSIGNMENTS", a).split(",")]
+
+
+def exercises():
+    """The registry's exercises of ASSIGNMENTS, in course order: what per-exercise tests are parametrised over."""
+    return [ex for ex in registry.all_exercises() if ex.notebook in ASSIGNMENTS]
 
 
 # `make test` runs on two workers (pytest-xdist). A file's tests stay on one worker, so that its
@@ -101,6 +110,23 @@ def graded_course(released, tmp_path_factory):
             nbformat.write(nb, out)
     graded, skipped, failed = Grader(course, root=ROOT, log=lambda *a: None).run(jobs=2, progress=False)
     return {"course": course, "failed": failed, "graded": graded, "plan": plan, "grades": read_grades(course)}
+
+
+def clone(dest):
+    """A copy of this working tree's files (git's tracked and untracked ones, not the ignored), into `dest`: a course
+    that a test may change, and grade from one snapshot whatever is edited here meanwhile."""
+    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, names.decode().split("\0")):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / name, dest / name)
+    return dest
+
+
+def in_clone(repo, *args):
+    """`python -m autograder ARGS` run on a clone: its own code and catalogs, not this tree's."""
+    return subprocess.run([sys.executable, "-m", "autograder", *map(str, args)], cwd=repo, capture_output=True, text=True,
+                          timeout=900, env=os.environ | {"PYTHONPATH": str(repo)})
 
 
 def results_of(course, student, name):

@@ -1,10 +1,10 @@
 """The committed notebooks: clean, openable, and consistent with the checks."""
-import re
-
 import nbformat
 import pytest
 
 from autograder import registry
+from autograder.new_exercise import TODO
+from autograder.release import HEADING, HINT, lay_out
 from conftest import ASSIGNMENTS, ROOT
 
 NOTEBOOKS = [ROOT / d / n / f"{n}.ipynb" for d in ("solutions", "notebooks") for n in ASSIGNMENTS]
@@ -41,7 +41,7 @@ def test_each_exercise_states_difficulty_and_time(name):
     nb = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     for ex in registry.for_notebook(name):
-        assert re.search(rf"Exercise \d+ · `{ex.name}` \(difficulty [●○ ]+, about \d+ minutes\)", text), ex.name
+        assert any(m[2] == ex.name for m in HEADING.finditer(text)), ex.name
 
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)
@@ -50,9 +50,6 @@ def test_solution_cells_never_call_solutions_lib(name):
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("solution"):
             assert "solutions_lib" not in cell.source and "sl." not in cell.source
-
-
-HINT = re.compile(r"<details><summary>Hint (\d) · [^<]+</summary>\n\n(.+?)\n\n</details>", re.S)
 
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)
@@ -66,3 +63,23 @@ def test_each_exercise_has_hints_in_tiers_just_above_its_solution_cell(name):
         assert [int(n) for n, _ in tiers][:2] == [1, 2], f"{ex.name}: no tiered hints just above its solution cell"
         assert [int(n) for n, _ in tiers] == list(range(1, len(tiers) + 1)) and all(text.strip() for _, text in tiers)
         assert "`" in tiers[1][1], f"{ex.name}: the second hint names the key call, in code font"
+        assert TODO not in above.source, f"{ex.name}: its hints still hold the skeleton of `new-exercise`"
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_the_headings_numbers_and_the_table_of_exercises_follow_the_registry(name):
+    # the release writes them (autograder.release.lay_out): numbers in the order of the solution cells
+    nb = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    assert not lay_out(nb, [ex.name for ex in registry.for_notebook(name)]), "run `python -m autograder release`"
+    assert TODO not in "\n".join(c.source for c in nb.cells), "the skeleton of `new-exercise` is still there"
+
+
+def test_the_release_renumbers_the_headings_and_rewrites_the_table():
+    name = "08_training_a_transformer"
+    nb = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    sources = [c.source for c in nb.cells]
+    for cell in nb.cells:
+        cell.source = cell.source.replace("### Exercise 2 · `make_masks`", "### Exercise 9 · `make_masks`") \
+            .replace("| 4 | `warmup_lr` | ● ○ ○ | 5 min |\n", "")
+    assert [c.source for c in nb.cells] != sources
+    assert lay_out(nb, [ex.name for ex in registry.for_notebook(name)]) and [c.source for c in nb.cells] == sources

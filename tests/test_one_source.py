@@ -9,8 +9,9 @@ from autograder import registry
 from autograder.mutants import source_of
 from autograder.release import solution_code
 from autograder.course import find_root
+from conftest import exercises
 
-EXERCISES = registry.all_exercises()
+EXERCISES = exercises()  # COURSE_ASSIGNMENTS narrows them (tests/conftest.py)
 
 
 def _cells(ex):

@@ -168,7 +168,8 @@ def votes_cases():
 
     return [
         Case("'check the program log and find out whether it ran'", log_case, grad=False), _votes_case(251, 4, 6),
-        _votes_case(252, 6, 9), _votes_case(253, 8, 7, hidden=True),
+        _votes_case(252, 6, 9), _votes_case(254, 5, 8),  # 254: the first word taken as the latest is no swap of S's indices
+        _votes_case(253, 8, 7, hidden=True),
     ]
 
 

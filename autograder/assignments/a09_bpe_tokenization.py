@@ -133,6 +133,9 @@ def encode_cases():
         _encode_case("a new text in the corpus' style, 50 merges", lambda: corpus(31, 25, text_seed=7), lambda: _merges_of(31, 60, 50)),
         _encode_case("'aaaaaaa' with the merges of 'aaaa aaaa'", lambda: "aaaaaaa", lambda: bpe.train_bpe("aaaa aaaa", 260)),
         _encode_case("no merges at all", lambda: "café ünter", lambda: []),
+        # the leftmost pair with a rule (cd) is not the earliest learned (de): merging leftmost first shows here
+        _encode_case("'abcde' with the merges ab, de, cd, bc, learned in that order", lambda: "abcde",
+                     lambda: [tuple(map(ord, pair)) for pair in ("ab", "de", "cd", "bc")]),
         _encode_case("a text with unseen characters (an emoji and two others)", lambda: unseen_text(34, 20), lambda: _merges_of(34, 80, 40), part="unseen characters"),
         _encode_case("an empty text", lambda: "", lambda: _merges_of(35, 40, 20), part="unseen characters"),
         _encode_case("hidden", lambda: unseen_text(36, 60), lambda: _merges_of(36, 150, 70), part="unseen characters", hidden=True),

@@ -26,7 +26,7 @@ def release(root, dest=None, names=None, examples=True):
     dest = Path(dest) if dest else root / "notebooks"
     names = names or assignments(root)
     for name in names:
-        write_points(root, name)
+        write_catalog(root, name)
     with tempfile.TemporaryDirectory() as tmp:
         results = generate_assignments(root, names, dest, Path(tmp) / "gradebook.db")
     for name, (ok, log) in results.items():
@@ -38,11 +38,12 @@ def release(root, dest=None, names=None, examples=True):
     return dest
 
 
-def write_points(root, name):
-    """Give each check cell of solutions/NAME the points its catalog declares (nbgrader reads them there)."""
+def write_catalog(root, name):
+    """Write into solutions/NAME what the catalog decides: each check cell's points (nbgrader reads them
+    there), the exercises' numbers in their headings and the introduction's table of exercises."""
     path = Path(root) / "solutions" / name / f"{name}.ipynb"
     nb = nbformat.read(path, as_version=4)
-    changed = False
+    changed = lay_out(nb, [ex.name for ex in registry.for_notebook(name)], where=f"solutions/{name}")
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("grade") and meta.get("grade_id", "").startswith("check_"):
@@ -54,6 +55,44 @@ def write_points(root, name):
                 meta["points"], changed = points, True
     if changed:
         nbformat.write(nb, path)
+
+
+# An exercise's heading, the introduction's table of exercises, and a tier of hints (autograder.new_exercise writes them)
+HEADING = re.compile(r"^### Exercise (\d+) · `(\w+)` \(difficulty ([●○ ]+?), about (\d+) minutes\)", re.M)
+TABLE = re.compile(r"^\| # \| exercise \| difficulty \| time \|(?:\n\|[^\n]*\|)*", re.M)
+HINT = re.compile(r"<details><summary>Hint (\d) · [^<]+</summary>\n\n(.+?)\n\n</details>", re.S)
+
+
+def lay_out(nb, names, where="the notebook"):
+    """Number the headings of the exercises `names` (a notebook's, from the registry) in the order of their
+    solution cells, and write the introduction's table of exercises from the headings. Returns whether `nb` changed."""
+    order = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells if is_solution(c) and c.metadata["nbgrader"]["grade_id"] in names]
+    number = {n: k for k, n in enumerate(order, 1)}
+    found, changed = {}, False
+
+    def renumbered(m):
+        if m[2] not in number:
+            return m[0]
+        found[m[2]] = m
+        return f"### Exercise {number[m[2]]} · `{m[2]}` (difficulty {m[3]}, about {m[4]} minutes)"
+
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and HEADING.search(cell.source):
+            source = HEADING.sub(renumbered, cell.source)
+            changed, cell.source = changed or source != cell.source, source
+    lacking = [n for n in names if n not in found]
+    if lacking:
+        raise CourseError(f"{where}: no solution cell or no heading `### Exercise k · `name` (difficulty ● ○ ○, about "
+                          f"10 minutes)` for {', '.join(lacking)}")
+    table = "| # | exercise | difficulty | time |\n|---|---|---|---|" + "".join(
+        f"\n| {number[n]} | `{n}` | {found[n][3]} | {found[n][4]} min |" for n in order)
+    intro = next((c for c in nb.cells if c.cell_type == "markdown" and TABLE.search(c.source)), None)
+    if intro is None:
+        raise CourseError(f"{where}: its introduction has no table of exercises; add the line "
+                          "`| # | exercise | difficulty | time |` where it goes, and the release fills it in")
+    source = TABLE.sub(lambda m: table, intro.source, count=1)
+    changed, intro.source = changed or source != intro.source, source
+    return changed
 
 
 def solution_code(source):

@@ -17,7 +17,7 @@ from nbgrader.api import Gradebook
 from autograder.course import CourseError, sqlite_url
 from autograder.grading.grade import Grader, read_grades, read_problems
 from autograder.grading.shard import Shard, merge, number, parse
-from conftest import ROOT
+from conftest import ROOT, clone, in_clone
 
 NAME = "05_self_attention"
 IDS = [f"s{i:03d}" for i in range(200)] + ["ada", "A.b-c_9", "x" * 64]
@@ -84,20 +84,8 @@ def test_merge_refuses_what_is_no_graded_shard(tmp_path):
 
 
 # ---------------------------------------------------------------- a class graded whole and in two shards
-def clone(dest):
-    """This working tree's files, as a node has them: grading and merging from one snapshot, whatever is edited here
-    meanwhile (merge refuses a shard graded from other code)."""
-    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    for name in filter(None, names.decode().split("\0")):
-        if (ROOT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(ROOT / name, dest / name)
-    return dest
-
-
 def cli(repo, *args):
-    done = subprocess.run([sys.executable, "-m", "autograder", *map(str, args)], cwd=repo, capture_output=True, text=True,
-                          timeout=900, env=os.environ | {"PYTHONPATH": str(repo)})
+    done = in_clone(repo, *args)
     assert done.returncode == 0, f"{args}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
 
