@@ -415,7 +415,7 @@ def outcome_from_plain(data):
 
 
 def _fmt(x):
-    return f"{x:.3g}"
+    return f"{x:.4g}"
 
 
 _PLURAL = {"is": "are", "has": "have", "differs": "differ", "contains": "contain", "lacks": "lack"}
@@ -801,7 +801,8 @@ def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outc
 
             plain = [(i, f) for i, f in enumerate(failed) if f[0].raises is None]  # a missing raise has no relation
             wants = [r.reference for r in results if not r.ok]
-            relation = relations.explain(exercise, [f for _, f in plain], [wants[i] for i, _ in plain], impl)
+            relation = relations.explain(exercise, [f for _, f in plain], [wants[i] for i, _ in plain], impl) \
+                or relations.only_on(results)
             for r in results:
                 r.relation = "" if r.ok else relation
     return Report(exercise, results, planned=tuple(cases))

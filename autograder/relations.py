@@ -183,8 +183,8 @@ def _non_finite(pairs, names, shape):
     first = "" if len(pairs) == 1 else " in the first failing case"
     said = f"{kind} at index {which} of {_axis(names, shape, 0)}{first}, and the reference's everywhere else"
     if all((w[~g.isfinite() & w.isfinite()] == 0).all() for g, w in pairs):
-        said += (": there the reference's entries are 0, where yours divide by a sum or count of 0 "
-                 "(a row with nothing in it needs a guard, such as .clamp_min(1) on the divisor)")
+        said += (": there the reference's entries are 0, where yours divides 0 by 0, as a row with nothing in it does "
+                 "(no counts, or every position masked): such a row needs a guard")
     return said + "."
 
 
@@ -610,3 +610,24 @@ def _doc_shapes(obj):
             for name in names.split(", "):
                 shapes.setdefault(name, shape)
     return shapes
+
+
+# ---------------------------------------------------------------- right but on one kind of case
+
+
+def only_on(results):
+    """ "right on every case but those with a mask": a word of the public cases' labels ("mask", "float64",
+    "T=1") that every failed case has and no passed case has, or ''."""
+    public = [r for r in results if not r.case.hidden]
+    failed = [r for r in public if not r.ok]
+    passed = [r for r in public if r.ok]
+    if not failed or not passed or len(failed) < len(results) - len(passed):  # a hidden case failed: say nothing of it
+        return ""
+
+    def words(label):
+        return {w.strip() for w in re.split(r"[,:(]", label) if w.strip() and not re.fullmatch(r"\w+=\d*[2-9]\d*", w.strip())}
+
+    common = set.intersection(*(words(r.case.label) for r in failed)) - set.union(*(words(r.case.label) for r in passed))
+    if len(common) != 1:
+        return ""
+    return f"Your code is right on every case but those labelled with {common.pop()!r}."

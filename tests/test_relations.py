@@ -258,7 +258,7 @@ def test_nan_where_a_row_had_nothing_to_divide(monkeypatch):
     _, fn = learners("transition_matrix", "counts / totals.clamp_min(1)", "counts / totals")
     reason = failure_of("transition_matrix", fn, monkeypatch)
     assert "Your output is NaN at index 3 of axis 0 (size 8) in the first failing case, and the reference's everywhere " \
-           "else: there the reference's entries are 0, where yours divide by a sum or count of 0" in reason
+           "else: there the reference's entries are 0, where yours divides 0 by 0" in reason
 
 
 def test_a_norm_on_the_residual_stream_is_named(monkeypatch):
@@ -376,3 +376,14 @@ def test_an_axis_of_the_wrong_input_size_is_named_by_the_docstrings_axes():
     assert failure.problem == "the output has shape (12,), expected (8,)"
     assert failure.relation == ("Your output's axis 0 runs along V (size 12) where the reference's runs along B (size 8): "
                                 "a sum, a softmax or an index over the wrong axis would do that.")
+
+
+def test_right_on_every_case_but_one_kind():
+    ex, fn = learners("attention_weights", '''    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+''', "")
+    ex = type(ex)(**{**vars(ex), "mistakes": ()})
+    report = check_exercise(ex, fn)
+    assert [r.ok for r in report.results if r.case.part == "no mask"] == [True, True, True]
+    assert report.failures()[0].relation == "Your code is right on every case but those labelled with 'mask'."
+    assert check_exercise(ex, fn, hidden=True).failures()[0].relation == ""  # a hidden case failed too: nothing said

@@ -331,7 +331,7 @@ FIRST_MISTAKES = [
     ("rnn_forward", "        h_t = rnn_cell(x[:, t], h_t, W_ih, W_hh, b_ih, b_hh)\n        outputs.append(h_t)",
      "        outputs.append(h_t)\n        h_t = rnn_cell(x[:, t], h_t, W_ih, W_hh, b_ih, b_hh)",
      "shifted one step along axis 1 (T, size 5): your second entry there is the reference's first"),
-    ("transition_matrix", "counts / totals.clamp_min(1)", "counts / totals", "where yours divide by a sum or count of 0"),
+    ("transition_matrix", "counts / totals.clamp_min(1)", "counts / totals", "where yours divides 0 by 0"),
     ("dot_score", "(H @ s.unsqueeze(-1)).squeeze(-1)", "s @ H.transpose(1, 2)", "is paired with every other, as broadcasting does"),
     ("AdditiveScore", "self.W2(s).unsqueeze(1)", "self.W2(s)", "self.W2(s): (2, 4) float32"),
     ("permutation_gap", "(f(x[:, perm]) - f(x)[:, perm])", "(f(x[perm]) - f(x)[perm])",
