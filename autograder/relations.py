@@ -485,9 +485,18 @@ _LIBRARIES = tuple(str(Path(p).resolve()) for p in {sysconfig.get_paths()["stdli
 MOST_NAMES = 8
 
 
-def raised_at(error, impl):
+def raised_at(error, impl, seconds=5):
     """Lines saying where the learner's own code raised `error`: the line, and the shape of each tensor it
-    names beside the shape the docstring gives it; () when the traceback does not reach the learner's code."""
+    names beside the shape the docstring gives it; () when the traceback does not reach the learner's code.
+    Reading the names runs the learner's attribute lookups and layers again: `seconds` bounds it."""
+    try:
+        with core.time_limit(seconds):
+            return _raised_at(error, impl)
+    except Exception:  # an odd object of the learner's, a layer that loops: the check's own message stands
+        return ()
+
+
+def _raised_at(error, impl):
     mine = []  # the learner's frames, outermost first
     tb = getattr(error, "__traceback__", None)
     while tb is not None:
@@ -549,6 +558,8 @@ def _named_values(line, frame):
         seen.add(text)
         try:
             value = _evaluate(node, frame)
+        except core.CheckTimeout:  # raised_at's limit: reading the line stops there
+            raise
         except Exception:  # a name the frame does not have, an index out of range, a call that fails
             continue
         found.append((node.col_offset, -len(text), text, value))

@@ -387,3 +387,18 @@ def test_right_on_every_case_but_one_kind():
     assert [r.ok for r in report.results if r.case.part == "no mask"] == [True, True, True]
     assert report.failures()[0].relation == "Your code is right on every case but those labelled with 'mask'."
     assert check_exercise(ex, fn, hidden=True).failures()[0].relation == ""  # a hidden case failed too: nothing said
+
+
+def test_reading_the_line_that_raised_is_bounded_in_time():
+    from autograder.relations import raised_at
+
+    class Endless(torch.nn.Module):
+        def forward(self, x):
+            while True:
+                pass
+
+    layer, x = Endless(), torch.zeros(2)  # noqa: F841 (read from the frame)
+    try:
+        layer.training and x + torch.zeros(3) + layer(x)
+    except RuntimeError as e:
+        assert raised_at(e, None, seconds=0.5) == ()
