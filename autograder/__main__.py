@@ -21,7 +21,7 @@ COMMANDS = """commands:
   python -m autograder merge COURSE SHARD...         take graded shards' results into COURSE's gradebook and grades.csv
   python -m autograder demo                          the instructor pipeline on example submissions
   python -m autograder new-exercise NB NAME --after EX
-                                                     add exercise NAME, its reference written in solutions_lib
+                                                     add exercise NAME, its reference written first (CONTRIBUTING.md)
   python -m autograder new-exercise NB NAME --check  what an exercise still lacks: hidden cases, mistakes, hints
 """ if INSTRUCTOR else "")
 
@@ -77,10 +77,10 @@ def add_instructor_commands(sub):
     p.add_argument("--jobs", "-j", type=int, default=2)
     p.add_argument("--keep", metavar="DIR", help="grade in DIR and keep the results")
 
-    p = sub.add_parser("new-exercise", help="add an exercise to a notebook, from its reference in solutions_lib: the "
+    p = sub.add_parser("new-exercise", help="add an exercise to a notebook, from its reference (written first, CONTRIBUTING.md): the "
                        "notebook's cells, the catalog's Exercise(...) with a skeleton of cases, and the TOML table of its mistakes")
     p.add_argument("notebook", metavar="NOTEBOOK", help="NN_name, or NN")
-    p.add_argument("name", metavar="NAME", help="the exercise: a function or class of that name in solutions_lib")
+    p.add_argument("name", metavar="NAME", help="the exercise: a function or class of that name in the reference package")
     p.add_argument("--after", metavar="EXERCISE", help="the exercise of the notebook it comes after")
     p.add_argument("--kind", choices=("function", "module", "class"), help="how it is checked (default: from the reference)")
     p.add_argument("--points", type=float, default=1)
