@@ -1,10 +1,11 @@
 """The notebook 10 GPT side by side with a same-size model of PyTorch's own modules, nanoGPT's documented
-CPU configuration, and the strongest counting model; and, as a ratio, how fast it reaches the first's best.
+CPU configuration, and the counting models (Kneser-Ney, Jelinek-Mercer); and, as a ratio, how fast it reaches the first's best.
 
     python benchmarks/bench_gpt.py                     # the device's recipe (CPU: 71 s a model, GPU: 44 s)
     python benchmarks/bench_gpt.py --max-seconds 15    # a quick look
     python benchmarks/bench_gpt.py --max-steps 1000 --max-seconds 0   # a schedule of steps instead of seconds
-    python benchmarks/bench_gpt.py --no-nanogpt        # without nanoGPT's run (2000 steps)
+    python benchmarks/bench_gpt.py --no-nanogpt        # without nanoGPT's runs (2000 steps each)
+    python benchmarks/bench_gpt.py --plot gpt.png      # also draws held-out nats against seconds, the counting models as lines
 
 Trains, one after the other in one run, solutions_lib.gpt's GPT (with solutions_lib.fast's fused
 kernels, as the command trains it) and TorchGPT below: the same embeddings, final norm and tied
@@ -19,10 +20,16 @@ evaluation at or below it, so --eval-every sets the resolution.
 Then NanoGPT below, nanoGPT's shakespeare-char model reimplemented from its published CPU
 configuration (one id per character, 4 layers, 4 heads, 128 wide, block 64, batch 12, 2000 steps,
 dropout 0, learning rate 1e-3 to 1e-4 after 100 steps of warm-up, AdamW betas 0.9/0.99, float32 as
-nanoGPT runs on a CPU), trained by the same loop; and the interpolated 4-gram of notebook 10
-(course_lib.ngram) on the recipe's tokens. Last, a table of each one's held-out nats per character
-(every held-out token predicted once, from the tokens before it in its window of block_size) and
-seconds. Timings are only comparable within one run.
+nanoGPT runs on a CPU), trained by the same loop, and the same configuration on the recipe's tokens
+(how much of its gap to the recipe is the tokens); and the counting models of notebook 10
+(course_lib.ngram) on the recipe's tokens: interpolated Kneser-Ney (modified, three discounts) as a 3- to
+6-gram, and Jelinek-Mercer's interpolated 4-gram. Last, a table of each one's held-out nats per character
+and seconds, and the margin of the course's GPT below the best Kneser-Ney order.
+
+Every GPT is scored by course_lib.gpt_training.held_out_loss, the command's and notebook 10's evaluation:
+every held-out token once, each after the first block with at least half a block of context (windows of
+block_size every block_size // 2 tokens); the table adds, as a remark, the course's GPT scored by windows
+side by side (stride block_size), the older figure. Timings are only comparable within one run.
 """
 import argparse
 import math
@@ -33,11 +40,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.gpt_training import Config
-from course_lib.ngram import interpolated_nats_per_char
-from course_lib.training import amp_dtype, describe_precision, process_device
+from course_lib.gpt_training import Config, held_out_loss
+from course_lib.ngram import interpolated_nats_per_char, kneser_ney_nats_per_char
+from course_lib.training import amp_dtype, describe_precision, precision, process_device
 from solutions_lib.gpt import GPT, init_weights, lm_loss
-from solutions_lib.gpt.data import markov_nats_per_char
+from solutions_lib.gpt.data import markov_nats_per_char, nats_per_char
 from solutions_lib.gpt.train import fit, load_data, recipe
 
 # nanoGPT's README, "I only have a macbook": train_shakespeare_char.py with these flags (its CPU run)
@@ -112,7 +119,9 @@ def main():
     parser.add_argument("--k", type=float, default=0.1, help="add-k smoothing of the Markov baselines")
     parser.add_argument("--tolerance", type=float, default=0.01, help="nats per character that still count as reaching")
     parser.add_argument("--nanogpt", action=argparse.BooleanOptionalAction, default=True,
-                        help="train nanoGPT's CPU configuration too (2000 steps)")
+                        help="train nanoGPT's CPU configuration too (2000 steps), on characters and on the recipe's tokens")
+    parser.add_argument("--plot", default=None, help="a PNG file: both GPTs' held-out nats per character against seconds, "
+                        "with the counting models as lines")
     args = parser.parse_args()
     dev = process_device(0)
     given = {"max_seconds": args.max_seconds, "max_steps": args.max_steps, "tokenizer": args.tokenizer}
@@ -149,18 +158,67 @@ def main():
     if args.nanogpt:
         nano = fit(NANOGPT_CPU, progress=False, log=lambda line: None, data=load_data(NANOGPT_CPU), model_class=NanoGPT)
         rows.append(("nanoGPT's CPU configuration (NanoGPT)", NANOGPT_CPU, nano))
+        # the same, on the recipe's tokens instead of characters: how much of the gap the tokens are
+        tokens = replace(NANOGPT_CPU, tokenizer=cfg.tokenizer, vocab_size=cfg.vocab_size)
+        nano = fit(tokens, progress=False, log=lambda line: None, data=data, model_class=NanoGPT)
+        rows.append(("the same on the recipe's tokens", tokens, nano))
+    counting = {}  # name: (held-out nats per character, seconds to fit and score)
+    for order in (2, 3, 4, 5):
+        start = time.perf_counter()
+        score, _ = kneser_ney_nats_per_char(data["train"], data["held_out"], order, V, chars)
+        counting[f"Kneser-Ney {order + 1}-gram (course_lib.ngram)"] = (score, time.perf_counter() - start)
     start = time.perf_counter()
-    counted, _ = interpolated_nats_per_char(data["train"], data["held_out"], 3, V, chars)
-    counting = time.perf_counter() - start
+    score, _ = interpolated_nats_per_char(data["train"], data["held_out"], 3, V, chars)
+    counting["Jelinek-Mercer 4-gram (course_lib.ngram)"] = (score, time.perf_counter() - start)
+    course = results["solutions_lib"]
+    autocast, _ = precision(dev, cpu=True, enabled=cfg.bf16)
+    with autocast():  # the older figure, windows side by side: the first tokens of each read almost nothing
+        side_by_side = nats_per_char(*held_out_loss(course["model"], data["held_out"], cfg.block_size, stride=cfg.block_size),
+                                     chars)
     print()
     print(f"{'':42} {'held-out nats/char':>18} {'steps':>6} {'tokens/s':>9} {'seconds':>8}")
     for name, c, r in rows:
         print(f"{name:42} {r['held_out']:18.3f} {r['steps']:6d} {r['tokens_per_second']:9,.0f} {r['seconds']:8.1f}"
               f"   {c.tokenizer}, d_model {c.d_model}, N {c.N}, block {c.block_size}, B {c.batch_size}"
               f"{', ' + str(low).removeprefix('torch.') if c.bf16 and low else ''}")
-    print(f"{'the interpolated 4-gram (course_lib.ngram)':42} {counted:18.3f} {'':6} {'':9} {counting:8.1f}   counted on the recipe's tokens")
+    for name, (score, seconds) in counting.items():
+        print(f"{name:42} {score:18.3f} {'':6} {'':9} {seconds:8.1f}   counted on the recipe's tokens")
     print("seconds: a model's training and its evaluations, its data already loaded; the command adds its start-up "
           "(tokenizing included) to these")
+    print(f"GPTs scored fairly: every held-out token once, each after the first {cfg.block_size} with at least "
+          f"{cfg.block_size - cfg.block_size // 2 + 1} tokens of context (course_lib.gpt_training.held_out_loss). "
+          f"Remark: the course's GPT scored by windows of {cfg.block_size} side by side, the older figure: {side_by_side:.3f}")
+    kn = {name: score for name, (score, _) in counting.items() if name.startswith("Kneser-Ney")}
+    best = min(kn, key=kn.get)
+    margin = kn[best] - course["held_out"]
+    level = seconds_to_reach(course["history"], kn[best])
+    print(f"margin: the course's GPT {course['held_out']:.3f} against the best Kneser-Ney order, the {best.split(' (')[0]} "
+          f"{kn[best]:.3f}: {margin:+.3f} nats per character ({'ahead' if margin > 0 else 'behind'}; target at least +0.05); "
+          + (f"first at or below it at the evaluation after {level:.1f} s of training" if math.isfinite(level)
+             else "never at or below it at an evaluation"))
+    if args.plot:
+        plot(args.plot, runs, counting, dev)
+
+
+def plot(path, runs, counting, dev):
+    """Held-out nats per character against seconds of training for each GPT run, each counting model a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, history in runs.items():
+        ax.plot(history["seconds"], history["held_out"], "o-", ms=3, label=f"GPT ({name}), {history['held_out'][-1]:.3f}")
+    for (name, (score, _)), color in zip(counting.items(), ["tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:green"]):
+        ax.axhline(score, color=color, ls="--", lw=1, label=f"{name.split(' (')[0]}, {score:.3f}")
+    scores = [h for history in runs.values() for h in history["held_out"]] + [s for s, _ in counting.values()]
+    ax.set_ylim(min(scores) - 0.03, min(max(scores), 2.0) + 0.03)
+    ax.set_xlabel("seconds of training"); ax.set_ylabel("held-out nats per character (every token once)")
+    ax.set_title(f"{dev.type}: the GPT against the counting models"); ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ that ships to students as it is (`python -m autograder release --student-dist`):
   under grading); importing the package fits PyTorch's threads to the CPUs the process may use;
 - `yours`: the learner's own classes from their earlier notebooks, once their checks pass;
 - `text`: Tiny Shakespeare (data/, with its provenance), for notebook 10;
-- `ngram`: the interpolated n-gram, the strongest counting model, that notebook 10 compares its GPT with;
+- `ngram`: the counting models that notebook 10 compares its GPT with: Jelinek-Mercer's interpolated n-gram, and
+  interpolated Kneser-Ney, the strongest;
 - `training` (what the training commands share) and `gpt_training` (notebook 10's recipe and loop, on
   building blocks handed in), with `my_gpt`: `python -m course_lib.my_gpt train | sample` trains and
   samples the learner's own GPT from their saved notebook 10;

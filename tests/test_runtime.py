@@ -299,6 +299,15 @@ def test_a_run_short_of_the_steps_the_text_assumes_says_so_with_its_figures():
     assert runtime.fell_short(900, 71, 1000, 1024, 71) == ""  # 90 %: the text's figures hold
     said = runtime.fell_short(61, 71.3, 1000, 1024, 71)
     assert "61 steps in 71 s" in said and "876 tokens/s" in said and "1000 steps in 71 s" in said and "14,423 tokens/s" in said
+    assert "slower" in said
+
+
+def test_a_run_far_beyond_the_steps_the_text_assumes_says_so_too():
+    # notebook 10's CPU model, trained over 7000 steps instead of 3500 (a machine twice as fast), ended at 1.560 held-out
+    # nats per character against 1.520: it fits its training tokens more. A fast machine is not a failure either.
+    assert runtime.fell_short(1500, 71, 1000, 1024, 71) == ""
+    said = runtime.fell_short(2000, 71, 1000, 1024, 71)
+    assert "2000 steps in 71 s" in said and "much faster" in said and "not the text's" in said
 
 
 def test_a_claim_fails_with_its_words_unless_the_machine_was_slow():
@@ -316,24 +325,28 @@ def notebook_cell(notebook, starts):
     return next(c.source for c in nb.cells if c.cell_type == "code" and c.source.startswith(starts))
 
 
-@pytest.mark.parametrize("steps, fails", [(61, False), (1_000_000, True)])
+@pytest.mark.parametrize("steps, fails", [(61, False), (1300, True), (1_000_000, False)])
 def test_notebook_10s_claims_on_a_slow_machine_and_on_a_quiet_one(steps, fails):
-    """The notebook's own cell, on a run with a step cap (a machine 20 times slower) and on one that trained its
-    steps yet missed: the first says what it got and goes on, the second fails naming the claim."""
+    """The notebook's own cell, on a run with a step cap (a machine 20 times slower), on one that trained its
+    steps yet missed, and on one that trained far more steps than the text assumes (a machine many times faster):
+    the first and last say what they got and go on, the second fails naming the claim."""
     cell = notebook_cell("10_a_gpt_of_your_own", "if history is not None and baselines and not QUICK:")
     history = {"step": [0, steps], "seconds": [0.0, 71.0], "held_out": [5.0, 2.6]}
     recipe = {"steps": 1200, "seconds": 71.0, "batch_size": 16, "block_size": 64}
-    scope = {"history": history, "baselines": {"unigram": 2.7, "bigram": 1.9}, "strongest": 1.63, "recipe": recipe, "QUICK": False,
-             "claim": runtime.claim, "fell_short": runtime.fell_short, "math": math}
+    scope = {"history": history, "baselines": {"unigram": 2.7, "bigram": 1.9}, "interpolated": 1.64, "strongest": 1.53,
+             "best_kn": "5-gram", "recipe": recipe, "QUICK": False, "claim": runtime.claim, "fell_short": runtime.fell_short,
+             "math": math}
     out = io.StringIO()
     if fails:
-        with pytest.raises(AssertionError, match="the text claims about 1.53 nats per character on 2 CPU cores, at most 1.58"):
+        with pytest.raises(AssertionError, match="the text claims about 1.52 nats per character on 2 CPU cores, at most 1.56"):
             exec(cell, scope)
     else:
         with contextlib.redirect_stdout(out):
             exec(cell, scope)
         said = out.getvalue()
-        assert said.count("Not shown on this machine") == 4 and "trained 61 steps in 71 s" in said, said
+        assert said.count("Not shown on this machine") == 5 and f"trained {steps} steps in 71 s" in said, said
+        assert "level with the best Kneser-Ney model, 1.530" in said, said
+        assert ("slower" if steps < 1200 else "much faster") in said, said
 
 
 def test_a_busy_machine_is_one_whose_load_exceeds_the_cpus_it_may_use():

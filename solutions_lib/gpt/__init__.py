@@ -17,15 +17,20 @@ prediction, as notebook 02's Markov chain, but with a learned context of up to
 block_size tokens.
 
 Held-out loss is measured in nats per character (token cross-entropy x tokens /
-characters), so that models with different tokenizers, and the Markov baselines,
-compare fairly. The tokens come from notebook 09's BPE (solutions_lib.bpe),
-trained on the training part of the text only.
+characters), so that models with different tokenizers, and the counting models,
+compare fairly; every held-out token is scored once, with a long context
+(course_lib.gpt_training.held_out_loss). The tokens follow notebook 09's BPE rule,
+learned on the training part of the text only (course_lib.gpt's learn_merges and
+encode, which give solutions_lib.bpe's merges and ids, faster).
 
 The command trains with a budget of seconds counted from its start: the
-learning rate decays over whichever comes first, max_steps or max_seconds. On a
-GPU the forward pass runs under bf16 autocast (--compile adds torch.compile); under
-torchrun every process trains on its share of each batch (gloo on CPUs, NCCL on
-GPUs), and process 0 alone evaluates, prints and saves.
+learning rate decays over whichever comes first, max_steps or max_seconds. The
+forward pass runs under bfloat16 autocast where the device multiplies bfloat16 in
+hardware (a GPU of compute capability 8.0 or later, a CPU with AVX512-BF16 or AMX),
+under float16 with a gradient scaler on an older GPU, in float32 elsewhere
+(--compile adds torch.compile); under torchrun every process trains on its share
+of each batch (gloo on CPUs, NCCL on GPUs), and process 0 alone evaluates, prints
+and saves.
 """
 import math
 
@@ -132,7 +137,7 @@ def lm_loss(logits, targets):
 
 
 def init_weights(model, N, residual=("attn.W_o", "ffn.W_2")):
-    """GPT-2's initialisation, in place: every weight matrix and embedding ~ N(0, 0.02^2), biases 0,
+    """nanoGPT's initialisation (after the GPT-2 paper), in place: every weight matrix and embedding ~ N(0, 0.02^2), biases 0,
     LayerNorm as built (gamma 1, beta 0). The projections that write into the residual stream
     (parameters of a module whose name ends with one of `residual`) get std 0.02 / sqrt(2N): the
     stream adds 2N of them, so its variance stays that of one. Returns model."""

@@ -38,11 +38,12 @@ def nats_per_char(loss_per_token, n_tokens, n_chars):
     return loss_per_token * n_tokens / n_chars
 
 
-def evaluate(model, data, block_size, n_chars, batch_size=64):
+def evaluate(model, data, block_size, n_chars, stride=None, batch_size=64):
     """Held-out nats per character: the model's loss over the whole token stream `data`
-    (course_lib.gpt_training.held_out_loss: every token but the first predicted once, from the tokens
-    before it in its window of block_size), over the n_chars characters the stream encodes."""
-    return nats_per_char(*held_out_loss(model, data, block_size, batch_size), n_chars)
+    (course_lib.gpt_training.held_out_loss: every token but the first predicted once, with a long context:
+    windows of block_size every `stride` tokens, by default half a block), over the n_chars characters
+    the stream encodes."""
+    return nats_per_char(*held_out_loss(model, data, block_size, stride, batch_size), n_chars)
 
 
 def markov_nats_per_char(train_ids, test_ids, order, V, n_chars, k=0.1):
