@@ -281,12 +281,17 @@ def test_windows_one_token_late_are_named_a_shift(monkeypatch):
 # ---------------------------------------------------------------- where the learner's code raised
 
 
-def test_the_line_that_raised_and_the_shapes_on_it(monkeypatch):
-    _, fn = learners("AdditiveScore", "self.W2(s).unsqueeze(1)", "self.W2(s)")
+def lines_of(name, old, new, monkeypatch):
+    """The lines a failed check shows for the reference of `name` with one edit."""
+    _, fn = learners(name, old, new)
+    monkeypatch.setattr(api, "_passed", {})
     with pytest.raises(CheckFailed) as info:
-        monkeypatch.setattr(api, "_passed", {})
-        check("AdditiveScore", fn)
-    lines = info.value.lines
+        check(name, fn)
+    return info.value.lines
+
+
+def test_the_line_that_raised_and_the_shapes_on_it(monkeypatch):
+    lines = lines_of("AdditiveScore", "self.W2(s).unsqueeze(1)", "self.W2(s)", monkeypatch)
     assert lines[0].startswith("✘ AdditiveScore: case [B=2, T=5, d_s=6, d_h=6]: raised RuntimeError: The size of tensor a (5)")
     assert lines[1:6] == ["    it raised at this line of your code in forward:",
                           "      hidden = torch.tanh(self.W1(H) + self.W2(s))  # (B, T, d_a)",
@@ -298,23 +303,15 @@ def test_the_line_that_raised_and_the_shapes_on_it(monkeypatch):
 
 
 def test_an_index_on_the_wrong_axis_shows_the_sizes(monkeypatch):
-    _, fn = learners("permutation_gap", "(f(x[:, perm]) - f(x)[:, perm])", "(f(x[perm]) - f(x)[perm])")
-    with pytest.raises(CheckFailed) as info:
-        monkeypatch.setattr(api, "_passed", {})
-        check("permutation_gap", fn)
-    lines = info.value.lines
+    lines = lines_of("permutation_gap", "(f(x[:, perm]) - f(x)[:, perm])", "(f(x[perm]) - f(x)[perm])", monkeypatch)
     assert "IndexError: index 5 is out of bounds for dimension 0 with size 2" in lines[0]
     assert "      x: (2, 6, 8) float32; the docstring says (B, T, d)" in lines
     assert "      perm: (6,) int64, values 0 to 5" in lines
 
 
 def test_a_dim_is_named_by_the_docstrings_axes(monkeypatch):
-    _, fn = learners("KVCache", "torch.cat([self.keys[i], k], dim=2), torch.cat([self.values[i], v], dim=2)",
-                     "torch.cat([self.keys[i], k], dim=1), torch.cat([self.values[i], v], dim=1)")
-    with pytest.raises(CheckFailed) as info:
-        monkeypatch.setattr(api, "_passed", {})
-        check("KVCache", fn)
-    lines = info.value.lines
+    lines = lines_of("KVCache", "torch.cat([self.keys[i], k], dim=2), torch.cat([self.values[i], v], dim=2)",
+                     "torch.cat([self.keys[i], k], dim=1), torch.cat([self.values[i], v], dim=1)", monkeypatch)
     assert "      self.keys[i]: (2, 2, 3, 4) float32; the docstring says (B, h, T_cached, d_k)" in lines
     assert lines[-1] == "    dim=1 is axis h of self.keys[i]'s (B, h, T_cached, d_k)"
 
