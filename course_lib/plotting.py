@@ -65,3 +65,51 @@ def attention_grid(maps, src_tokens, tgt_tokens, title=None):
     if title:
         fig.suptitle(title)
     return fig
+
+
+def sequence_tree(table, names, max_len, paths=(), ax=None, title=None, end="<eos>"):
+    """Every target a table of next-token probabilities can write, as a tree from <bos> (left) to the ends (right).
+
+    table: {prefix (a tuple of token names): {name: probability of that next token}}; a prefix the table lacks, or
+    one that ends with `end` or has max_len tokens, is a leaf, labelled with its probability (the product along
+    its branch). names: the token names in the order their branches are drawn. paths: [(target (a tuple of
+    names), colour, label)], drawn thick over the tree.
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(2.6 * (max_len + 1), 4.5))
+    leaves, place = [], {}
+
+    def lay(prefix, p):
+        children = [] if prefix and (prefix[-1] == end or len(prefix) == max_len) else \
+            [(n, q) for n, q in ((n, table.get(prefix, {}).get(n, 0.0)) for n in names) if q > 0]
+        for n, q in children:
+            lay(prefix + (n,), p * q)
+        place[prefix] = (len(prefix), -len(leaves) if not children else sum(place[prefix + (n,)][1] for n, _ in children) / len(children))
+        if not children:
+            leaves.append((prefix, p))
+
+    lay((), 1.0)
+    for prefix, (x, y) in place.items():
+        if prefix:
+            px, py = place[prefix[:-1]]
+            ax.plot([px, x], [py, y], color="lightgray", lw=1.2, zorder=1)
+            q = table[prefix[:-1]][prefix[-1]]
+            ax.text((px + x) / 2, (py + y) / 2, f"{prefix[-1]} {q:.2f}", fontsize=8, ha="center", va="bottom",
+                    bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none"), zorder=3)
+    for prefix, p in leaves:
+        x, y = place[prefix]
+        ax.text(x + 0.08, y, f"{' '.join(prefix)}   p = {p:.3f}", fontsize=8, va="center")
+    for target, colour, label in paths:
+        xs, ys = zip(*(place[tuple(target[:i])] for i in range(len(target) + 1)))
+        ax.plot(xs, ys, color=colour, lw=3, alpha=0.8, zorder=2, label=label)
+    ax.scatter(*zip(*place.values()), s=18, color="black", zorder=4)
+    ax.set_xticks(range(max_len + 1), ["<bos>"] + [f"step {t}" for t in range(1, max_len + 1)])
+    ax.set_yticks([])
+    ax.set_xlim(-0.2, max_len + 1.1)
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
+    if paths:
+        ax.legend(loc="upper left", bbox_to_anchor=(0, -0.1), ncol=len(paths), fontsize=8, frameon=False)
+    if title:
+        ax.set_title(title)
+    return ax

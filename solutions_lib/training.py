@@ -8,7 +8,8 @@ The pieces of one training step, in the order they are used:
     loss = label_smoothed_cross_entropy(logits, tgt)
     lr = warmup_lr(step, d_model, warmup)         the schedule of "Attention Is All You Need"
 
-then greedy_decode and exact_match to measure what the model learned.
+then greedy_decode and exact_match to measure what the model learned, and beam_search (with
+GNMT's length_penalty), the decoder of the paper, to find a likelier target than greedy's.
 Token ids follow course_lib.tokens: <pad> = 0, <bos> = 1, <eos> = 2.
 """
 import torch
@@ -136,3 +137,58 @@ def exact_match(pred, target, eos_id=2):
         p = p[: p.index(eos_id) + 1] if eos_id in p else p + [None]
         hits += p == t[: t.index(eos_id) + 1]
     return hits / len(pred)
+
+
+# ---------------------------------------------------------------- beam search
+
+
+def length_penalty(length, alpha):
+    """GNMT's length penalty (Wu et al., 2016): lp(|Y|) = ((5 + |Y|) / 6) ** alpha.
+
+    length: |Y|, the number of tokens generated (<eos> included, <bos> not), an int >= 1
+    alpha: a float >= 0; alpha = 0 gives 1 for every length (plain log-probabilities),
+    larger alpha favours longer hypotheses. lp(1) = 1 for every alpha.
+    returns: float
+    """
+    return ((5 + length) / 6) ** alpha
+
+
+def beam_search(model, src, beam_size, max_len, alpha=0.6, bos_id=1, eos_id=2, pad_id=0):
+    """The likeliest target found by a beam of `beam_size` hypotheses, ranked by GNMT's length penalty.
+
+    model.encode(src, src_mask) -> memory (1, T_src, d_model);
+    model.decode(memory, ys, src_mask) -> logits (k, len(ys), V) for k hypotheses ys (k, 1 + t)
+    src: (1, T_src) ids of one source; src_mask = (src != pad_id).unsqueeze(1)
+    A hypothesis <bos> y_1 .. y_t scores log p(y_1 .. y_t | src), the sum of log_softmax over its steps.
+    The source is encoded once. Each step t runs the decoder once on the k live hypotheses, adds each
+    token's log-probability to its hypothesis's score, giving (k, V) candidates, and keeps the best
+    n = beam_size - len(finished) of all k * V. A kept candidate ending in <eos> is finished: it is set
+    aside with score / length_penalty(t, alpha); the others stay live. Stop when the beam is empty
+    (beam_size hypotheses finished) or after max_len tokens; the live ones then count as finished too,
+    with length max_len. Runs in eval mode, without gradients.
+    returns: (ys, score): ys (1, 1 + L) ids of the finished hypothesis with the highest score,
+    starting with <bos>, L <= max_len; score (float) its log-probability / length_penalty(L, alpha)
+    """
+    model.eval()
+    with torch.no_grad():
+        src_mask = (src != pad_id).unsqueeze(1)
+        memory = model.encode(src, src_mask)
+        ys = torch.full((1, 1), bos_id, dtype=torch.long, device=src.device)  # (k, 1 + t) live hypotheses
+        scores = torch.zeros(1, device=src.device)  # (k,) their summed log-probabilities
+        finished = []  # (ids (1 + L,), score / length_penalty(L, alpha))
+        for t in range(1, max_len + 1):
+            k = ys.size(0)
+            logits = model.decode(memory.expand(k, -1, -1), ys, src_mask.expand(k, -1, -1))
+            candidates = scores[:, None] + F.log_softmax(logits[:, -1], dim=-1)  # (k, V)
+            V, n = candidates.size(1), beam_size - len(finished)
+            top, index = candidates.flatten().topk(min(n, k * V))  # the n best of all k * V candidates
+            parent, token = index // V, index % V
+            ys = torch.cat([ys[parent], token[:, None]], dim=1)
+            ends = token == eos_id
+            finished += [(y, s / length_penalty(t, alpha)) for y, s in zip(ys[ends], top[ends])]
+            ys, scores = ys[~ends], top[~ends]
+            if ys.size(0) == 0:
+                break
+        finished += [(y, s / length_penalty(max_len, alpha)) for y, s in zip(ys, scores)]
+        best, score = max(finished, key=lambda f: f[1])
+    return best[None], score.item()

@@ -227,6 +227,72 @@ def match_whole_rows(pred, target, eos_id=2):
     return (p == t).all(1).float().mean().item()
 
 
+# ---------------------------------------------------------------- length_penalty
+
+
+def _penalty_case(length, alpha, hidden=False):
+    return Case(f"length={length}, alpha={alpha}", lambda: Call((length, alpha)), hidden=hidden, grad=False)
+
+
+def length_penalty_cases():
+    return [
+        _penalty_case(1, 0.6), _penalty_case(4, 0.6), _penalty_case(11, 1.0), _penalty_case(7, 0.0), _penalty_case(3, 2.0),
+        _penalty_case(12, 0.8, hidden=True), _penalty_case(2, 1.3, hidden=True),
+    ]
+
+
+# ---------------------------------------------------------------- beam_search
+
+
+def tiny_model(seed, V, eos_bias=0.0, scale=1.0, dtype=torch.float64):
+    """A random Transformer of vocabulary V (d_model=8, one layer), its logits multiplied by `scale` (sharper
+    distributions) and <eos>'s raised by `eos_bias` (hypotheses that end sooner)."""
+    torch.manual_seed(seed)
+    model = Transformer(V, V, d_model=8, h=2, d_ff=16, N=1, dropout=0.0, max_len=16).to(dtype)
+    with torch.no_grad():
+        model.out.weight.mul_(scale)
+        model.out.bias.mul_(scale)
+        model.out.bias[EOS] += eos_bias
+    return model.eval()
+
+
+def sequences(V, max_len):
+    """How many targets beam search chooses among: ending in <eos> after 1 to max_len tokens, or max_len tokens long."""
+    return sum((V - 1) ** (L - 1) for L in range(1, max_len + 1)) + (V - 1) ** max_len
+
+
+def _beam_case(seed, V, max_len, beam_size, alpha, eos_bias=0.0, scale=1.0, dtype=torch.float64, greedy_worse=False, hidden=False):
+    """A random tiny model and a source of 3 tokens. greedy_worse: greedy decoding finds a target that scores lower
+    (tests/reference/test_reference_beam.py checks it); a beam_size of at least sequences(V, max_len) holds every
+    target, so the beam finds the best of them all (the part "every target in the beam")."""
+    def make():
+        r = Draw(seed)
+        src = r.integers(3, V, 1, 3)
+        return Call((tiny_model(seed, V, eos_bias, scale, dtype), src, beam_size, max_len),
+                    {"alpha": alpha, "bos_id": BOS, "eos_id": EOS, "pad_id": PAD})
+
+    wide = beam_size >= sequences(V, max_len)
+    label = (dims(V=V, max_len=max_len, beam_size=beam_size) + (f" (all {sequences(V, max_len)} targets)" if wide else "")
+             + f", alpha={alpha}" + _dtype_label(dtype) + ("; greedy finds a worse target" if greedy_worse else ""))
+    return Case(label, make, part="every target in the beam" if wide else "a narrow beam", hidden=hidden, grad=False)
+
+
+def beam_search_cases():
+    return [
+        _beam_case(905, 4, 4, 121, 0.6, eos_bias=-0.5, scale=2.0, greedy_worse=True),
+        _beam_case(911, 5, 3, 85, 1.0, eos_bias=-1.0, scale=2.0, greedy_worse=True),
+        _beam_case(862, 5, 3, 85, 1.0, eos_bias=-1.0, scale=2.0),
+        _beam_case(863, 4, 4, 2, 0.6, greedy_worse=True),
+        _beam_case(864, 5, 4, 3, 0.6, scale=2.0, greedy_worse=True),
+        _beam_case(865, 6, 5, 4, 1.0, eos_bias=-0.5, scale=2.0, dtype=torch.float32, greedy_worse=True),
+        _beam_case(891, 5, 5, 3, 1.0, eos_bias=0.5, scale=3.0),
+        _beam_case(897, 6, 4, 4, 0.6, eos_bias=1.0, scale=2.0, greedy_worse=True),
+        _beam_case(866, 4, 4, 121, 0.0, scale=2.0, greedy_worse=True, hidden=True),
+        _beam_case(861, 4, 3, 40, 0.6, hidden=True),
+        _beam_case(867, 6, 4, 3, 0.6, scale=3.0, greedy_worse=True, hidden=True),
+    ]
+
+
 # ---------------------------------------------------------------- the exercises
 
 
@@ -241,6 +307,11 @@ EXERCISES = [
     ),
     Exercise("greedy_decode", ref.greedy_decode, points=2, cases=decode_cases),
     Exercise("exact_match", ref.exact_match, points=1, cases=match_cases),
+    Exercise("length_penalty", ref.length_penalty, points=1, cases=length_penalty_cases),
+    Exercise(
+        "beam_search", ref.beam_search, points=3, cases=beam_search_cases, returns=("best target", "score"),
+        parts={"every target in the beam": 1, "a narrow beam": 2}, depends_on=("length_penalty",),
+    ),
 ]
 
 # The demo's third student makes these two mistakes (exercise, mistake name).
