@@ -731,16 +731,15 @@ def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
     want, weights = reference_outcome(exercise, case)
     if got is None:
         got = run_call(exercise.kind, exercise.train_mode, impl, case.make(), case.grad, weights, timeout, exercise.state_after)
+    stopped = _unfinished(case, got)
+    if stopped is not None:
+        return stopped, got
     if case.raises is not None:
         return _check_raised(case, got, impl, exercise.kind), got
     if want.error is not None:  # expected to fail (autograder.grading.verdict: the reference built on a learner's mistake)
         return CaseResult(case, same_outputs(got, want), "" if same_outputs(got, want) else f"raised {describe_error(want.error)} elsewhere"), got
     if got.error is not None:
         e = got.error
-        if isinstance(e, NotImplementedError):
-            return CaseResult(case, False, "not implemented yet (the stub still raises NotImplementedError)", not_implemented=True), got
-        if isinstance(e, CheckTimeout):
-            return CaseResult(case, False, str(e), timed_out=True), got
         if isinstance(e, WeightMismatch):
             return CaseResult(case, False, f"its weights could not be loaded: {e}"), got
         where = ()
@@ -762,14 +761,19 @@ def _raised(outcome, name):
     return outcome.error is not None and name in [c.__name__ for c in type(outcome.error).__mro__]
 
 
-def _check_raised(case, got, impl, kind):
-    """A case on which the exercise's text requires an exception."""
-    if _raised(got, case.raises):
-        return CaseResult(case, True)
+def _unfinished(case, got):
+    """The result of a case the learner's code did not finish: a stub, or past the time limit; else None."""
     if isinstance(got.error, NotImplementedError):
         return CaseResult(case, False, "not implemented yet (the stub still raises NotImplementedError)", not_implemented=True)
     if isinstance(got.error, CheckTimeout):
         return CaseResult(case, False, str(got.error), timed_out=True)
+    return None
+
+
+def _check_raised(case, got, impl, kind):
+    """A case on which the exercise's text requires an exception."""
+    if _raised(got, case.raises):
+        return CaseResult(case, True)
     inputs = () if case.hidden else tuple(["inputs:"] + [f"  {line}" for line in describe_inputs(case.make(), _parameter_names(impl, kind))])
     if got.error is not None:
         return CaseResult(case, False, f"raised {describe_error(got.error)}, where the text asks for a {case.raises}", detail=inputs)
