@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 
 from course_lib import gpt as course_gpt
 from course_lib.text import shakespeare, split
-from course_lib.training import (describe_precision, distributed, load_checkpoint, mean_loss, optimizer_step, precision,
+from course_lib.training import (describe_precision, distributed, load_checkpoint, RunningLoss, optimizer_step, precision,
                                  process_device)
 
 
@@ -350,7 +350,7 @@ def fit(cfg, parts, checkpoint=None, resume=None, progress=True, log=print, comp
     per_rank = max(1, cfg.batch_size // world)
     show = progress and rank == 0
     bar = tqdm(total=100, unit="%", desc=f"gpt ({dev.type}, {world} process(es))", disable=not show)
-    first_step, losses = step, []
+    first_step, losses = step, RunningLoss()
     clock = _Clock(start, offset=history["seconds"][-1] if history["seconds"] else 0.0)
 
     def evaluate_and_record():  # process 0 alone; its time is not training time
@@ -370,11 +370,10 @@ def fit(cfg, parts, checkpoint=None, resume=None, progress=True, log=print, comp
             _, loss = trained(x, y)
         optimizer_step(loss, model, optimizer, scaler, cfg.clip)
         step += 1
-        losses.append(loss.detach())
+        losses.add(loss)
         bar.update(int(100 * done) - bar.n)
         if rank == 0 and cfg.eval_every and step % cfg.eval_every == 0:
             evaluate_and_record()
-            losses = []
         elif step % 50 == 0:
             bar.set_postfix(step=step, loss=f"{loss.item():.3f}")
     bar.update(100 - bar.n)
@@ -433,7 +432,7 @@ def _progress(cfg, step, elapsed, dev):
 
 def _record(history, step, losses, score, seconds):
     history["step"].append(step)
-    history["loss"].append(mean_loss(losses))
+    history["loss"].append(losses.read())
     history["held_out"].append(score)
     history["seconds"].append(seconds)
 

@@ -76,10 +76,28 @@ def optimizer_step(loss, model, optimizer, scaler, clip):
     scaler.update()
 
 
-def mean_loss(losses):
-    """The mean of the losses since the last evaluation, kept as 0-dim tensors on the device so that
-    no step waits for the GPU to hand one back; nan when there are none."""
-    return torch.stack(losses).mean().item() if losses else float("nan")
+class RunningLoss:
+    """The mean training loss since the last reading, summed on the loss's device into one tensor: no step waits
+    for a GPU to hand its loss back, and no step leaves a tensor behind. (Keeping every step's 0-dim loss in a
+    list pins glibc's heap between the steps' large buffers on a CPU: the GPT command grew by 4 MB a step, to
+    18 GB in four minutes.)"""
+
+    def __init__(self):
+        self.total, self.count = None, 0
+
+    def add(self, loss):
+        if self.total is None:
+            self.total = torch.zeros((), device=loss.device)
+        self.total += loss.detach()
+        self.count += 1
+
+    def read(self):
+        """The mean since the last read (nan when no step was added), and start again."""
+        mean = (self.total / self.count).item() if self.count else float("nan")
+        if self.total is not None:
+            self.total.zero_()
+        self.count = 0
+        return mean
 
 
 def distributed():

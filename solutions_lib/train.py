@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from course_lib.dates import date_splits, date_vocab
 from course_lib.tasks import copy_pairs, encode_pairs, letters_vocab, reverse_pairs
-from course_lib.training import (describe_precision, distributed, load_checkpoint, mean_loss, optimizer_step, precision,
+from course_lib.training import (describe_precision, distributed, load_checkpoint, RunningLoss, optimizer_step, precision,
                                  process_device)
 from course_lib.transformer import init_embeddings
 from solutions_lib import START
@@ -214,7 +214,7 @@ def fit(cfg, checkpoint=None, resume=None, progress=True, log=print, max_seconds
     per_rank = max(1, cfg.batch_size // world)
     show = progress and rank == 0
     bar = tqdm(total=cfg.max_steps, initial=step, desc=f"{cfg.task} ({cfg.arch}, {dev.type})", disable=not show)
-    start, tokens, losses, reached = time.perf_counter(), 0, [], False
+    start, tokens, losses, reached = time.perf_counter(), 0, RunningLoss(), False
     while step < cfg.max_steps and not reached:
         idx = torch.randint(len(src), (per_rank,), generator=sampler)
         s, t = trim(src[idx]), trim(tgt[idx])
@@ -231,7 +231,7 @@ def fit(cfg, checkpoint=None, resume=None, progress=True, log=print, max_seconds
         if average is not None:
             update_average(average, model, cfg.ema)
         step += 1
-        losses.append(loss.detach())
+        losses.add(loss)
         bar.update(1)
         if step % cfg.eval_every == 0 or step == cfg.max_steps:
             reached = _evaluate_and_log(evaluated, test_src, test_tgt, vocab, cfg, step, losses, history, start, rank, dev,
@@ -239,7 +239,6 @@ def fit(cfg, checkpoint=None, resume=None, progress=True, log=print, max_seconds
             if rank == 0 and not show:
                 log(f"step {step}: loss {history['loss'][-1]:.3f}, exact match {history['exact_match'][-1]:.4f}, "
                     f"{history['seconds'][-1]:.0f} s")
-            losses = []
             if checkpoint and rank == 0:
                 save_checkpoint(checkpoint, model, optimizer, scheduler, step, cfg, history, average)
         if max_seconds is not None and time.perf_counter() - start > max_seconds:
@@ -260,7 +259,7 @@ def _evaluate_and_log(model, test_src, test_tgt, vocab, cfg, step, losses, histo
         dist.broadcast(score, 0)  # every process stops at the same step
     em = float(score[0])
     history["step"].append(step)
-    history["loss"].append(mean_loss(losses))
+    history["loss"].append(losses.read())
     history["exact_match"].append(em)
     history["seconds"].append(time.perf_counter() - start)
     bar.set_postfix(loss=f"{history['loss'][-1]:.3f}", exact_match=f"{em:.3f}")
