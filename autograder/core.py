@@ -610,6 +610,10 @@ def describe_inputs(call, names=()):
             if x.numel() <= 12:
                 text += f" = {_values(x.detach().cpu().tolist())}"
             return text
+        if isinstance(x, torch.nn.Module):  # its repr runs over many lines
+            params = list(x.parameters())
+            dtype = f" {str(params[0].dtype).removeprefix('torch.')}" if params else ""
+            return f"{name}: a {type(x).__name__} with {sum(p.numel() for p in params):,}{dtype} parameters, in {'training' if x.training else 'eval'} mode"
         return f"{name}: {_short(x)}"
 
     lines = [one(names[i] if i < len(names) else f"argument {i + 1}", x) for i, x in enumerate(call.args)]

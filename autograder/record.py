@@ -411,5 +411,8 @@ def _served_object(name, oracle, ask):
 
         return method
 
-    return type(name, (), {"__init__": __init__, "__getattr__": __getattr__})
+    def __setattr__(self, attr, value):  # the learner's code sets an attribute (cache.keys = [...]): its next requests say so
+        object.__setattr__(self, "_state", {**self._state, attr: portable(value)})
+
+    return type(name, (), {"__init__": __init__, "__getattr__": __getattr__, "__setattr__": __setattr__})
 

@@ -349,6 +349,14 @@ def test_inputs_are_printed_with_four_significant_digits():
         "x: (1, 2) float32 = [[-1.391, 0.2035]]", "ids: (2,) int64 = [3, 4]"]
 
 
+def test_a_model_among_the_inputs_is_one_line_not_its_repr():
+    from autograder.core import Call, describe_inputs
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2)).double().eval()
+    assert describe_inputs(Call((model, 5)), ["model", "steps"]) == [
+        "model: a Sequential with 26 float64 parameters, in eval mode", "steps: 5"]
+
+
 def test_a_fitted_constant_needs_more_entries_than_one():
     want = torch.tensor(1.5)
     assert relate([(torch.tensor(2.1), want)]) == ""  # any two numbers differ by a constant factor and offset

@@ -7,7 +7,8 @@ reference and the learner draw with torch.multinomial from the same seeded gener
 many rows, so that a wrong distribution shows in some of them. generate runs on
 course_lib.gpt.TinyGPT, a small model with random weights, with the learner's KVCache; KVCache
 itself is a class the check builds and hands to course_lib.gpt.CacheSteps, which extends it
-step by step and returns what it saw.
+step by step and returns what it saw. beam_generate runs on TinyGPT in float64 with its logits
+halved, flatter distributions where greedy decoding often misses the likeliest continuation.
 """
 import torch
 
@@ -207,6 +208,48 @@ def generate_cases():
     ]
 
 
+# ---------------------------------------------------------------- beam_generate
+
+
+def _flatter_gpt(V, block_size, seed):
+    """TinyGPT in float64 with its logits halved: flatter distributions, where greedy decoding often misses the
+    likeliest continuation."""
+    model = TinyGPT(V, block_size=block_size, seed=seed).double()
+    with torch.no_grad():
+        model.unembed.mul_(0.5)
+    return model
+
+
+def _beam_case(seed, V, T, new, beam_size, block_size=12, part=None, greedy_worse=False, hidden=False):
+    """A small random GPT in float64 (course_lib.gpt.TinyGPT) and a prompt of T tokens. A beam of at least
+    V ** (new - 1) hypotheses keeps every continuation but the last token's, so it finds the likeliest of all
+    V ** new (the part "every continuation in the beam"; tests/reference/test_reference_beam_gpt.py checks it
+    against an exhaustive search, and that greedy decoding finds a less likely one where greedy_worse says so)."""
+    def make():
+        idx = Draw(seed).integers(0, V, 1, T)
+        return Call((_flatter_gpt(V, block_size, seed), idx, new, beam_size))
+
+    wide = beam_size >= V ** (new - 1)
+    part = part or ("every continuation in the beam" if wide else "a narrow beam")
+    label = (dims(V=V, block_size=block_size) + f", prompt T={T}, {new} new tokens, beam_size={beam_size}"
+             + (f" (all {V ** new} continuations)" if wide else "")
+             + ("; greedy finds a less likely one" if greedy_worse else ""))
+    return Case(label, make, part=part, hidden=hidden, grad=False)
+
+
+def beam_generate_cases():
+    return [
+        _beam_case(145, 5, 3, 5, 3, greedy_worse=True),
+        _beam_case(150, 4, 2, 3, 16, greedy_worse=True),
+        _beam_case(216, 6, 2, 4, 4, greedy_worse=True),
+        _beam_case(138, 3, 1, 4, 2, greedy_worse=True),
+        _beam_case(153, 5, 3, 6, 3, block_size=5, part="beyond block_size"),
+        _beam_case(102, 5, 2, 3, 25, greedy_worse=True, hidden=True),
+        _beam_case(133, 4, 2, 5, 3, greedy_worse=True, hidden=True),
+        _beam_case(154, 4, 4, 5, 2, block_size=6, part="beyond block_size", hidden=True),
+    ]
+
+
 # ---------------------------------------------------------------- the exercises
 
 
@@ -224,6 +267,9 @@ EXERCISES = [
              returns=("lengths read", "keys extend returned", "values extend returned")),
     Exercise("generate", gpt.generate, points=3, cases=generate_cases, returns=("ids", "state after generate"), state_after=True,
              parts={"greedy": 2, "beyond block_size": 1, "sampling": 1}, depends_on=("sample_next", "KVCache")),
+    Exercise("beam_generate", gpt.beam_generate, points=3, cases=beam_generate_cases, state_after=True,
+             returns=("ids", "score", "state after beam_generate"),
+             parts={"every continuation in the beam": 1, "a narrow beam": 2, "beyond block_size": 1}, depends_on=("KVCache",)),
 ]
 
 # The demo's third student makes these two mistakes (exercise, mistake name).

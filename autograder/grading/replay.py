@@ -272,6 +272,9 @@ def _object_recorder(dep, real, calls):
 
             return method
 
+        def __setattr__(self, attr, value):  # beam_generate reorders a cache's rows: cache.keys = [...]
+            setattr(self._real, attr, value)
+
     def build(*args, **kwargs):
         instance = real(*args, **kwargs)
         calls.append(Recorded(dep, "build", _plain_bound(real.__init__, args, kwargs, skip_self=True),

@@ -229,3 +229,36 @@ def generate(model, idx, max_new_tokens, use_cache=True, **sampling):
             idx = torch.cat([idx, next_id[:, None]], dim=1)
     model.train(was_training)
     return idx
+
+
+def beam_generate(model, idx, max_new_tokens, beam_size):
+    """The likeliest continuation of idx that a beam of beam_size hypotheses finds: beam search without an end token.
+
+    idx: (1, T) prompt ids, T >= 1 -> (ids, score): ids (1, T + max_new_tokens), the best hypothesis;
+    score (float), its log-probability: the sum over its new tokens of log_softmax(logits) at that token.
+    The live hypotheses ys (k, T + t) start as the prompt alone (k = 1). Each step runs the model once on
+    all of them, adds each token's log-probability to its hypothesis's score, giving (k, V) candidates,
+    and keeps the beam_size best of all k * V; each kept candidate extends a parent hypothesis by a token.
+    The KV cache holds one row per hypothesis: after the choice its rows are reordered by parent, so that
+    row r holds the keys and values of the hypothesis that row r of ys extends.
+    Beyond block_size tokens, as generate: the last block_size tokens, recomputed without the cache.
+    Runs in eval mode without gradients, and leaves the model in the mode it found.
+    """
+    was_training = model.training
+    model.eval()
+    cache = KVCache(len(model.blocks))
+    ys, scores = idx, torch.zeros(1, device=idx.device)  # (k, T + t) live hypotheses, (k,) their log-probabilities
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            cached = ys.size(1) <= model.block_size
+            logits, _ = model(ys[:, cache.length :], cache=cache) if cached else model(ys[:, -model.block_size :])
+            candidates = scores[:, None] + F.log_softmax(logits[:, -1], dim=-1)  # (k, V)
+            V = candidates.size(1)
+            scores, index = candidates.flatten().topk(min(beam_size, candidates.numel()))  # the best of all k * V
+            parent, token = index // V, index % V
+            ys = torch.cat([ys[parent], token[:, None]], dim=1)
+            if cached:  # row r of the cache follows hypothesis r
+                cache.keys = [k[parent] for k in cache.keys]
+                cache.values = [v[parent] for v in cache.values]
+    model.train(was_training)
+    return ys[:1], scores[0].item()
