@@ -22,6 +22,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -111,10 +112,15 @@ class Parts:
     get_batch: Callable  # (data, block_size, B, generator) -> x, y
     nats_per_char: Callable  # (loss per token, n_tokens, n_chars) -> nats per character
     generate: Callable  # (model, idx, max_new_tokens, use_cache, **sampling) -> idx
+    beam_generate: Callable = None  # (model, idx (1, T), max_new_tokens, beam_size) -> (ids, log-probability); may raise Missing
     encode: Callable = course_gpt.encode  # (text, merges) -> ids
     decode: Callable = course_gpt.decode  # (ids, merges) -> text
     build: Callable = lambda model: model
     prog: str = "python -m course_lib.my_gpt"
+
+
+class Missing(Exception):
+    """An exercise a command needs that the learner's notebook cannot give yet (the message says why)."""
 
 
 # ---------------------------------------------------------------- tokens
@@ -491,6 +497,9 @@ def arguments(argv, prog, checkpoint=os.path.join("checkpoints", "gpt.pt")):
     sample.add_argument("--top-p", type=float, default=None)
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--no-cache", action="store_true", help="recompute the whole window at every step")
+    sample.add_argument("--beam", type=int, default=None, metavar="K",
+                        help="search with a beam of K hypotheses (beam_generate) instead of sampling: the likeliest "
+                             "continuation it finds, and its log-probability")
     args = parser.parse_args(argv)
     command = {"train": train, "sample": sample}[args.command]
     path = args.resume if args.command == "train" else args.checkpoint
@@ -543,10 +552,28 @@ def sample_command(parser, args, parts):
         parser.error("the prompt is empty: give at least one character")
     if args.tokens < 0:
         parser.error(f"--tokens must be >= 0, not {args.tokens}")
+    if args.beam is not None:
+        return _beam_search(parser, args, parts, model, tokenizer, torch.tensor([prompt], device=dev))
     generator = torch.Generator(dev).manual_seed(args.seed)
     ids = parts.generate(model, torch.tensor([prompt], device=dev), args.tokens, use_cache=not args.no_cache,
                          temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=generator)
     print(tokenizer.decode(ids[0].tolist()))
+
+
+def _beam_search(parser, args, parts, model, tokenizer, idx):
+    """`sample --beam K`: the text on stdout, its log-probability under the model on stderr."""
+    if args.beam < 1:
+        parser.error(f"--beam must be at least 1, not {args.beam}")
+    if (args.temperature, args.top_k, args.top_p, args.no_cache) != (1.0, None, None, False):
+        parser.error("--beam searches for the likeliest continuation, and --temperature, --top-k, --top-p and "
+                     "--no-cache shape a draw: give one or the other")
+    try:
+        ids, score = parts.beam_generate(model, idx, args.tokens, args.beam)
+    except Missing as e:
+        parser.error(str(e))
+    print(tokenizer.decode(ids[0].tolist()))
+    per_token = f", {score / args.tokens:.3f} per token" if args.tokens else ""
+    print(f"a beam of {args.beam}: log-probability {score:.2f} over {args.tokens} tokens{per_token}", file=sys.stderr)
 
 
 def main(parts, argv=None, start=None, prog=None):

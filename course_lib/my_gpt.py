@@ -3,12 +3,13 @@
     python -m course_lib.my_gpt train                     # the recipe for the device found: CPU 72 s, GPU 45 s
     python -m course_lib.my_gpt train --d-model 96 --N 3  # another size
     python -m course_lib.my_gpt sample --prompt "ROMEO:" --temperature 0.8 --top-k 40
+    python -m course_lib.my_gpt sample --prompt "ROMEO:" --beam 4 --tokens 60   # the likeliest text a beam finds
 
 Run it in your course folder (the one that holds 10_a_gpt_of_your_own/) or in the notebook's own
 folder. It reads your saved notebook 10 and, as `yours` does in the notebooks, uses your exercises
 once their checks have passed (save the notebook after running them): to train, your GPT (with
 your Block, and the blocks of notebooks 05-07 where theirs passed), get_batch and nats_per_char;
-to sample, your GPT and generate (with sample_next and KVCache). It tokenizes with your notebook 09
+to sample, your GPT and generate (with sample_next and KVCache), and with --beam your beam_generate. It tokenizes with your notebook 09
 encode and decode where their checks passed, with the course's otherwise. The training loop, the
 recipe and the checkpoint are those of the course's reference command (course_lib.gpt_training).
 """
@@ -20,7 +21,7 @@ import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from course_lib import gpt as course_gpt  # noqa: E402
-from course_lib.gpt_training import Parts, main  # noqa: E402
+from course_lib.gpt_training import Missing, Parts, main  # noqa: E402
 from course_lib.yours import NotYours, load  # noqa: E402
 
 NOTEBOOK = "10_a_gpt_of_your_own"
@@ -55,10 +56,26 @@ def your_parts(command, parser, here=None):
     except NotYours as e:
         tokenizer = {"encode": course_gpt.encode, "decode": course_gpt.decode}
         said = f"the course's encode and decode ({e})"
-    print(f"{command}: your {', '.join(NEEDED[command])} (10); tokenizer: {said}", flush=True)
     missing = _not_needed(command)
+    beam = missing
+    if command == "sample":  # needed for --beam only
+        try:
+            beam = load(("beam_generate",), folder)["beam_generate"]
+            yours["beam_generate"] = beam
+        except NotYours as e:
+            beam = _unfinished(f"your notebook 10 cannot search with a beam yet: {e}. Finish that exercise, run its check, "
+                               f"save the notebook, and run this again")
+    print(f"{command}: your {', '.join(n for n in (*NEEDED[command], 'beam_generate') if n in yours)} (10); tokenizer: {said}",
+          flush=True)
     return Parts(GPT=yours["GPT"], get_batch=yours.get("get_batch", missing), nats_per_char=yours.get("nats_per_char", missing),
-                 generate=yours.get("generate", missing), encode=tokenizer["encode"], decode=tokenizer["decode"], prog=PROG)
+                 generate=yours.get("generate", missing), beam_generate=beam, encode=tokenizer["encode"],
+                 decode=tokenizer["decode"], prog=PROG)
+
+
+def _unfinished(why):
+    def missing(*args, **kwargs):
+        raise Missing(why)
+    return missing
 
 
 def _not_needed(command):

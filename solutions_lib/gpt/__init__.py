@@ -7,6 +7,7 @@ nats per character, and the Markov baselines; gpt.train: the command (its loop: 
     python -m solutions_lib.gpt train --tokenizer char --max-seconds 20
     python -m solutions_lib.gpt train --resume checkpoints/gpt.pt --max-seconds 30
     python -m solutions_lib.gpt sample --prompt "ROMEO:" --temperature 0.8 --top-k 40
+    python -m solutions_lib.gpt sample --prompt "ROMEO:" --beam 4 --tokens 60
     torchrun --standalone --nproc_per_node=2 -m solutions_lib.gpt train --max-steps 50
 
 The model is notebook 07's decoder without cross-attention: token embeddings plus

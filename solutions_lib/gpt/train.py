@@ -7,11 +7,12 @@ from course_lib import gpt_training
 from course_lib.gpt_training import Config, learning_rate, recipe  # noqa: F401  (tests and benchmarks import them from here)
 from solutions_lib import START
 from solutions_lib.fast import fuse
-from solutions_lib.gpt import GPT, generate
+from solutions_lib.gpt import GPT, beam_generate, generate
 from solutions_lib.gpt.data import get_batch, nats_per_char
 
 # The tokens come from course_lib.gpt's encode, which gives solutions_lib.bpe's ids 4 times faster (1.3 s of the budget)
-REFERENCE = gpt_training.Parts(GPT=GPT, get_batch=get_batch, nats_per_char=nats_per_char, generate=generate, build=fuse,
+REFERENCE = gpt_training.Parts(GPT=GPT, get_batch=get_batch, nats_per_char=nats_per_char, generate=generate,
+                               beam_generate=beam_generate, build=fuse,
                                prog="python -m solutions_lib.gpt")
 
 

@@ -53,8 +53,23 @@ def test_a_learner_trains_and_samples_their_own_gpt(tmp_path):
                      "--top-k", "5")
     assert sample.returncode == 0, sample.stdout + sample.stderr
     said, text = sample.stdout.split("\n", 1)
-    assert said == "sample: your GPT, generate (10); tokenizer: your encode and decode (09)", said
+    assert said == "sample: your GPT, generate, beam_generate (10); tokenizer: your encode and decode (09)", said
     assert text.startswith("the learner GPT is built\nROMEO:") and len(text) > len("ROMEO:") + 30
+    beam = _my_gpt(course, "sample", "--checkpoint", str(ckpt), "--prompt", "ROMEO:", "--tokens", "12", "--beam", "3")
+    assert beam.returncode == 0, beam.stdout + beam.stderr
+    assert beam.stdout.split("\n", 2)[2].startswith("ROMEO:") and "a beam of 3: log-probability " in beam.stderr
+
+
+def test_a_learner_whose_beam_generate_is_not_done_samples_and_is_told_what_the_beam_needs(tmp_path):
+    course = _learner(tmp_path / "course", notebooks=NOTEBOOKS, status={"beam_generate": "failed"})
+    ckpt = tmp_path / "mine.pt"
+    assert _my_gpt(course, "train", *TINY, "--checkpoint", str(ckpt), cache=tmp_path / "cache").returncode == 0
+    sample = _my_gpt(course, "sample", "--checkpoint", str(ckpt), "--prompt", "ROMEO:", "--tokens", "8")
+    assert sample.returncode == 0 and sample.stdout.startswith("sample: your GPT, generate (10); "), sample.stdout + sample.stderr
+    beam = _my_gpt(course, "sample", "--checkpoint", str(ckpt), "--beam", "2")
+    assert beam.returncode == 2, beam.stdout + beam.stderr
+    assert "your notebook 10 cannot search with a beam yet: beam_generate (" in beam.stderr, beam.stderr
+    assert "the check of beam_generate has not passed, failed" in beam.stderr, beam.stderr
 
 
 def test_what_is_left_is_named_and_nothing_is_trained(tmp_path):
