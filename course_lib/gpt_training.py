@@ -112,7 +112,7 @@ class Parts:
     get_batch: Callable  # (data, block_size, B, generator) -> x, y
     nats_per_char: Callable  # (loss per token, n_tokens, n_chars) -> nats per character
     generate: Callable  # (model, idx, max_new_tokens, use_cache, **sampling) -> idx
-    beam_generate: Callable = None  # (model, idx (1, T), max_new_tokens, beam_size) -> (ids, log-probability); may raise Missing
+    beam_generate: Callable  # (model, idx (1, T), max_new_tokens, beam_size) -> (ids, log-probability); may raise Missing
     encode: Callable = course_gpt.encode  # (text, merges) -> ids
     decode: Callable = course_gpt.decode  # (ids, merges) -> text
     build: Callable = lambda model: model

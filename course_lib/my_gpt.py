@@ -56,15 +56,14 @@ def your_parts(command, parser, here=None):
     except NotYours as e:
         tokenizer = {"encode": course_gpt.encode, "decode": course_gpt.decode}
         said = f"the course's encode and decode ({e})"
-    missing = _not_needed(command)
+    missing = _raising(RuntimeError(f"{PROG} {command} does not use this exercise"))
     beam = missing
     if command == "sample":  # needed for --beam only
         try:
-            beam = load(("beam_generate",), folder)["beam_generate"]
-            yours["beam_generate"] = beam
+            beam = yours["beam_generate"] = load(("beam_generate",), folder)["beam_generate"]
         except NotYours as e:
-            beam = _unfinished(f"your notebook 10 cannot search with a beam yet: {e}. Finish that exercise, run its check, "
-                               f"save the notebook, and run this again")
+            beam = _raising(Missing(f"your notebook 10 cannot search with a beam yet: {e}. Finish that exercise, run its "
+                                    "check, save the notebook, and run this again"))
     print(f"{command}: your {', '.join(n for n in (*NEEDED[command], 'beam_generate') if n in yours)} (10); tokenizer: {said}",
           flush=True)
     return Parts(GPT=yours["GPT"], get_batch=yours.get("get_batch", missing), nats_per_char=yours.get("nats_per_char", missing),
@@ -72,15 +71,10 @@ def your_parts(command, parser, here=None):
                  decode=tokenizer["decode"], prog=PROG)
 
 
-def _unfinished(why):
+def _raising(error):
+    """What stands in for an exercise the command cannot use: calling it raises `error`."""
     def missing(*args, **kwargs):
-        raise Missing(why)
-    return missing
-
-
-def _not_needed(command):
-    def missing(*args, **kwargs):
-        raise RuntimeError(f"{PROG} {command} does not use this exercise")
+        raise error
     return missing
 
 
