@@ -4,7 +4,8 @@
 # make lab             JupyterLab on notebooks/, as a student (no nbgrader instructor tools)
 # make lab-instructor  JupyterLab on the course, with nbgrader's formgrader, course list and create-assignment
 # make hub             a class on this machine through a real JupyterHub (as root): an instructor and 3 students
-#                      as Unix accounts, nbgrader's exchange, CPU and memory limits (HUB_ARGS="--students 10")
+#                      as Unix accounts, each student walled off: her own origin, disk, /tmp, CPU, memory and
+#                      process limits (HUB_ARGS="--students 10 --disk 2G"); run it from a checkout only you can read
 # make site            the course as a static HTML site, solutions hidden, in site/_build/html
 #                      (runs every notebook in full; COURSE_SITE_QUICK=1 make site: the grading budget, minutes)
 PYTHON ?= python3

@@ -8,7 +8,8 @@ runs) starts N student servers, each under its CPU limit (--cpu) and memory limi
 GPT of notebook 10's CPU size (2 layers, d_model 128, 4 heads, block 64, batches of 24, a vocabulary of 768, on
 PyTorch's own modules: the students' distribution has no reference) for --seconds, all at once. Meanwhile a
 person's clicks are timed, one after another: the hub's login (POST /hub/login), its home page, and a
-student's JupyterLab page through the proxy. Printed: the median and worst of each, and the students' training
+student's JupyterLab page through the proxy, on its own origin. Run it from a checkout only root may read, as
+`make hub` requires. Printed: the median and worst of each, and the students' training
 steps per second (median, worst, sum), against one student training alone on the same machine.
 """
 import argparse
@@ -27,6 +28,7 @@ import websocket
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from autograder.hub import client  # noqa: E402
 from autograder.hub.__main__ import free_port  # noqa: E402
 from autograder.hub.classroom import Classroom  # noqa: E402
 
@@ -58,8 +60,8 @@ print(json.dumps({{"steps": steps, "seconds": time.perf_counter() - start, "thre
 
 
 class Student:
-    def __init__(self, url, room, name):
-        self.url, self.name, self.s = url, name, requests.Session()
+    def __init__(self, url, room, name, port):
+        self.url, self.name, self.s, self.server = url, name, client.session(), client.server_url(name, port)
         self.password = room.passwords[name]
         self.login()
         r = self.s.post(f"{url}/hub/api/users/{name}/tokens", json={"note": "bench"},
@@ -68,7 +70,7 @@ class Student:
         self.token = r.json()["token"]
 
     def login(self):
-        s = requests.Session()
+        s = client.session()
         s.get(f"{self.url}/hub/login")
         start = time.perf_counter()
         r = s.post(f"{self.url}/hub/login", data={"username": self.name, "password": self.password,
@@ -84,17 +86,17 @@ class Student:
     def start_server(self):
         self.s.post(f"{self.url}/hub/api/users/{self.name}/server", headers=self.auth())
         for _ in range(600):
-            if self.s.get(f"{self.url}/user/{self.name}/api/status", headers=self.auth()).status_code == 200:
+            if self.s.get(f"{self.server}api/status", headers=self.auth()).status_code == 200:
                 return
             time.sleep(0.5)
         raise RuntimeError(f"{self.name}'s server did not start")
 
     def run(self, code):
         """Run `code` in a new kernel of the student's server; its printed output."""
-        r = self.s.post(f"{self.url}/user/{self.name}/api/kernels", headers=self.auth(), json={"name": "python3"})
+        r = self.s.post(f"{self.server}api/kernels", headers=self.auth(), json={"name": "python3"})
         r.raise_for_status()
         kernel = r.json()["id"]
-        ws = websocket.create_connection(f"{self.url.replace('http', 'ws')}/user/{self.name}/api/kernels/{kernel}/channels",
+        ws = websocket.create_connection(f"{self.server.replace('http', 'ws')}api/kernels/{kernel}/channels",
                                          header=[f"Authorization: token {self.token}"], timeout=3600)
         msg_id = uuid.uuid4().hex
         ws.send(json.dumps({"header": {"msg_id": msg_id, "username": self.name, "session": uuid.uuid4().hex,
@@ -115,7 +117,7 @@ class Student:
             elif kind == "status" and msg["content"]["execution_state"] == "idle":
                 break
         ws.close()
-        self.s.delete(f"{self.url}/user/{self.name}/api/kernels/{kernel}", headers=self.auth())
+        self.s.delete(f"{self.server}api/kernels/{kernel}", headers=self.auth())
         return "".join(out)
 
 
@@ -134,7 +136,7 @@ def clicks(url, students, until, every=1.0):
         who = students[i % len(students)]
         times["login"].append(who.login())
         times["hub home"].append(timed(lambda: who.s.get(f"{url}/hub/home").raise_for_status()))
-        times["JupyterLab page"].append(timed(lambda: who.s.get(f"{url}/user/{who.name}/lab", headers=who.auth()).raise_for_status()))
+        times["JupyterLab page"].append(timed(lambda: who.s.get(f"{who.server}lab", headers=who.auth()).raise_for_status()))
         i += 1
     return times
 
@@ -160,7 +162,7 @@ def class_size(args, n, solo):
     hub = subprocess.Popen([sys.executable, "-m", "autograder.hub", "--students", str(n), "--state", args.state,
                             "--prefix", "bench-", "--home-base", str(Path(args.state) / "home"), "--port", str(port),
                             "--cpu", str(args.cpu), "--mem", args.mem], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://localhost:{port}"
     try:
         while True:
             try:
@@ -171,7 +173,7 @@ def class_size(args, n, solo):
             if hub.poll() is not None:
                 sys.exit(f"the hub exited: see {log.name}")
         room = Classroom.load(args.state)
-        students = [Student(url, room, name) for name in room.students[:n]]
+        students = [Student(url, room, name, port) for name in room.students[:n]]
         start = time.perf_counter()
         for s in students:
             s.start_server()
@@ -213,6 +215,7 @@ def main():
         sys.exit("the hub makes Unix accounts and starts servers as them: run this as root")
     Path(args.state).mkdir(parents=True, exist_ok=True)
     os.chmod(args.state, 0o755)
+    client.resolve_loopback()
     solo = class_size(args, 1, None)
     for n in args.students:
         class_size(args, n, solo)

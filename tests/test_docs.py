@@ -7,7 +7,7 @@ import pytest
 
 from conftest import ROOT
 
-DOCS = ["README.md", "CONTRIBUTING.md", "docs/COURSE.md"]
+DOCS = ["README.md", "CONTRIBUTING.md", "docs/COURSE.md", "docs/CLASS.md"]
 LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
 CODE = re.compile(r"`([^`\s]+)`")
 # what a clone has: git's files (and those not yet added, but not the ignored: .venv/, what tests and grading write)

@@ -22,7 +22,9 @@ classmate, dated 2099, and win over every later resubmission of theirs. Here:
 - where: the inbound must be sticky (no one removes or renames another's entry) and not listable by
   students (no one learns another's entry's name, inside which nbgrader's submit lets anyone write).
   `ReleaseAssignment` makes it so (INBOUND_MODE) whenever the instructor releases; `Collect` warns
-  where it is not.
+  where it is not. `Collect.student_inbounds` adds folders of the same kind, each one student's, that
+  her server sees in the inbound's place (`make hub` puts each on her own disk, so that what she
+  submits counts in what she may store).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.exchange.default.collect import ExchangeCollect
 from nbgrader.exchange.default.release_assignment import ExchangeReleaseAssignment
 from nbgrader.utils import parse_utc
+from traitlets import List, Unicode
 
 from autograder.grading import ids, intake
 from autograder.grading.limits import Limits
@@ -84,12 +87,25 @@ class ReleaseAssignment(ExchangeReleaseAssignment):
         super().init_dest()
         secure_inbound(self.inbound_path, self.log, self.coursedir.groupshared)
 
+    def ensure_root(self):
+        """nbgrader makes the exchange's top folder writable by all; one the instructor owns and others cannot write
+        (`make hub`'s: students write only into an inbound) is kept as it is."""
+        try:
+            st = os.stat(self.root)
+        except OSError:
+            return super().ensure_root()
+        if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return super().ensure_root()
+
 
 class Collect(ExchangeCollect):
     """nbgrader's collect, taking each submission's student id from the Unix account owning it and its
     time from the file system (see the module's docstring), and copying it out of the exchange with
     `intake.copy`: nothing is followed, at most the limits are read, only the student's own files are
     taken, and what is refused is named for `grade` and `autograde`."""
+
+    student_inbounds = List(Unicode(), help="More inbound folders, each one student's (make hub's, on her own disk); "
+                            "each must be the instructor's, sticky and not listable, like the course's inbound").tag(config=True)
 
     def init_src(self):
         if self.coursedir.course_id == "":
@@ -99,23 +115,35 @@ class Collect(ExchangeCollect):
             self.fail(ids.refusal(wanted))
         self.course_path = os.path.join(self.root, self.coursedir.course_id)
         self.inbound_path = os.path.join(self.course_path, "inbound")
-        try:
-            inbound = os.open(self.inbound_path, intake.NOFOLLOW_FOLDER)
-        except OSError as e:
-            self.fail(f"Course not found, or no folder one may read: {self.inbound_path} ({e.strerror})")
-        try:
-            why = inbound_problem(os.fstat(inbound), self.coursedir.groupshared)
-            if why:
-                self.log.warning("The exchange's inbound %s is not safe: %s. `nbgrader release_assignment` with the course's "
-                                 "configuration mends its mode, or chmod %o it.", self.inbound_path, why, INBOUND_MODE)
-            limits = Limits(parent=self)
-            records = [r for r in (self._record(inbound, name, limits) for name in os.listdir(inbound)) if r]
-        finally:
-            os.close(inbound)
+        limits = Limits(parent=self)
+        records = self._records_in(self.inbound_path, limits, required=True)
+        for folder in self.student_inbounds:
+            records += self._records_in(folder, limits)
         if wanted not in ("", "*"):
             records = [r for r in records if r["username"] == wanted]
         self.src_records = self._latest(records)
         self._records = {r["filename"]: r for r in self.src_records}
+
+    def _records_in(self, path, limits, required=False):
+        """The records of this assignment's submissions in the inbound folder `path`, each under its full path."""
+        try:
+            inbound = os.open(path, intake.NOFOLLOW_FOLDER)
+        except OSError as e:
+            if required:
+                self.fail(f"Course not found, or no folder one may read: {path} ({e.strerror})")
+            self.log.warning("The inbound %s is not read: %s", path, e.strerror)
+            return []
+        try:
+            why = inbound_problem(os.fstat(inbound), self.coursedir.groupshared)
+            if why:
+                self.log.warning("The exchange's inbound %s is not safe: %s. `nbgrader release_assignment` with the course's "
+                                 "configuration mends its mode, or chmod %o it.", path, why, INBOUND_MODE)
+            found = [r for r in (self._record(inbound, name, limits) for name in os.listdir(inbound)) if r]
+        finally:
+            os.close(inbound)
+        for record in found:  # nbgrader's copy_files joins the inbound's path with this: an absolute path stays itself
+            record["filename"] = os.path.join(path, record["filename"])
+        return found
 
     def _record(self, inbound, name, limits):
         """The record of the inbound entry `name` if it is a submission of this assignment by the account
@@ -163,7 +191,7 @@ class Collect(ExchangeCollect):
         return picked
 
     def do_copy(self, src, dest, log=None):
-        record = self._records[os.path.basename(src)]
+        record = self._records[src]
         copied = intake.copy(src, dest, Limits(parent=self), ignore=self.coursedir.ignore, owner=record["uid"])
         if copied.reason:
             self.log.warning("%s: %s", dest, copied.reason)

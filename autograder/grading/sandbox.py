@@ -93,6 +93,22 @@ def require():
         raise CourseError(problem())
 
 
+SYSTEM = [Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64") if os.path.exists(p)]
+
+
+def read_only(paths):
+    """bwrap's arguments that show each of `paths` read-only at its own place, a link at / (/bin -> usr/bin on a
+    merged-/usr system) as the same link; and the folders they bind."""
+    argv, bound = [], []
+    for path in map(Path, paths):
+        if path.is_symlink() and path.parent == Path("/"):
+            argv += ["--symlink", os.readlink(path), str(path)]
+        elif path.resolve() not in bound:
+            argv += ["--ro-bind", str(path), str(path)]
+            bound.append(path.resolve())
+    return argv, bound
+
+
 def _bwrap(grading, view, submission, scratch_bytes, hide=()):
     """bwrap's arguments: the system and the Python environment read-only, `view` as /course,
     `submission` as /submission and `grading` as /grading (read-only), a tmpfs of `scratch_bytes`
@@ -100,15 +116,9 @@ def _bwrap(grading, view, submission, scratch_bytes, hide=()):
     argv = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(UID), "--gid", str(UID), "--die-with-parent",
             "--hostname", "sandbox", "--proc", "/proc", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
             "--remount-ro", "/dev", "--size", str(scratch_bytes), "--tmpfs", str(TMP)]
-    system = [Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64") if os.path.exists(p)]
-    system += [Path(p).resolve() for p in {sys.prefix, sys.base_prefix}] + [Path("/etc", n) for n in ETC if Path("/etc", n).exists()]
-    bound = []
-    for path in system:
-        if path.is_symlink() and path.parent == Path("/"):  # /bin -> usr/bin on a merged-/usr system
-            argv += ["--symlink", os.readlink(path), str(path)]
-        else:
-            argv += ["--ro-bind", str(path), str(path)]
-            bound.append(path.resolve())
+    system = [Path(p).resolve() for p in {sys.prefix, sys.base_prefix}] + [Path("/etc", n) for n in ETC if Path("/etc", n).exists()]
+    shown, bound = read_only(SYSTEM + system)
+    argv += shown
     specs = [importlib.util.find_spec(m) for m in ("solutions_lib", "autograder")]
     masked = [Path(p).resolve() for p in hide] + [Path(p) for s in specs if s for p in s.submodule_search_locations or []]
     argv += [arg for p in sorted({p for p in masked if any(b in p.parents for b in bound)}) for arg in ("--tmpfs", str(p))]

@@ -1,12 +1,15 @@
-"""A class on this machine through a real JupyterHub: `make hub` (python -m autograder.hub).
+"""A class on this machine through a real JupyterHub: `make hub` (python -m autograder.hub). docs/CLASS.md tells it whole.
 
-- classroom.py: what the class needs before the hub starts, made once and reused: the Unix accounts
-  (an instructor and N students, homes only they may enter), the two environments (students: the
-  student distribution only; the instructor: the course repository, with grading), the exchange,
-  the Jupyter configuration of each role and the hub's proxy (configurable-http-proxy, from npm).
-- spawner.py: each user's server started as that user, in cgroups that hold its CPU and memory
-  limits; the trial login.
-- jupyterhub_config.py: the hub's configuration, read by `jupyterhub -f`.
-- __main__.py: the command: prepares the class, prints where to log in and as whom, runs the hub
-  until Ctrl-C, then stops every server it started.
+- disks.py: each student's disk, an image of its own holding her home and her inbound.
+- cgroups.py: the groups that hold a student's server (CPU, memory, processes) and the end of all that is in them.
+- classroom.py: what the class needs before the hub starts, made once and reused: the Unix accounts, the two
+  environments (students: the student distribution only; the instructor: the course repository, with grading),
+  the disks, the exchange (the instructor's before anyone logs in), each role's Jupyter configuration and the hub's
+  proxy (configurable-http-proxy, from npm); and the refusal of a checkout other accounts can read.
+- wall.py: what a student's server sees of the machine (bubblewrap): her home and inbound, the system read-only.
+- spawner.py: each user's server started as that user, a student's in her cgroups and behind her wall; the trial login.
+- jupyterhub_config.py: the hub's configuration, read by `jupyterhub -f`: an origin of its own for each server.
+- client.py: talking to the hub from a program as a browser does (the tests and the benchmark).
+- __main__.py: the command: prepares the class, prints where to log in and as whom, runs the hub until Ctrl-C, then
+  stops every server it started and ends whatever they left.
 """

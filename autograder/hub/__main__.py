@@ -1,6 +1,7 @@
-"""`make hub`: a class on this machine through a real JupyterHub, on http://127.0.0.1:PORT/ (as root).
+"""`make hub`: a class on this machine through a real JupyterHub, on http://localhost:PORT/ (as root).
 
-    python -m autograder.hub [--students N] [--port 8000] [--cpu 1] [--mem 3G] [--state /srv/seqcourse-hub]
+    python -m autograder.hub [--students N] [--port 8000] [--cpu 1] [--mem 3G] [--pids 512] [--disk 2G]
+                             [--state /srv/seqcourse-hub]
 
 Makes (the first time) or reuses (later) the class: an instructor and N students as Unix accounts, their
 environments, nbgrader's exchange and the hub's proxy (autograder/hub/classroom.py); prints where to log in and
@@ -11,15 +12,17 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import pwd
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from autograder.grading.sandbox import CGROUPS, remove_cgroup
-from autograder.hub import classroom
-from autograder.hub.spawner import CGROUP_PREFIX, TRIAL, stop_all
+from autograder.hub import cgroups, classroom
+from autograder.hub.disks import DiskError, parse_size, shown
+from autograder.hub.spawner import TRIAL
 
 CONFIG = Path(__file__).with_name("jupyterhub_config.py")
 
@@ -29,7 +32,11 @@ def parse(argv):
     p.add_argument("--students", type=int, default=3, help="students in the class (default 3; more can be added later)")
     p.add_argument("--port", type=int, default=8000, help="the hub's port on 127.0.0.1 (default 8000)")
     p.add_argument("--cpu", type=float, default=1.0, help="CPUs each user's server may use (default 1)")
-    p.add_argument("--mem", default="3G", help="memory each user's server may use (default 3G)")
+    p.add_argument("--mem", default="3G", help="memory each student's server may use, its /tmp and /dev/shm included "
+                                                "(default 3G)")
+    p.add_argument("--pids", type=int, default=512, help="processes and threads each student's server may run at once "
+                                                         "(default 512)")
+    p.add_argument("--disk", default="2G", help="what each student may store, her home and her submissions (default 2G)")
     p.add_argument("--state", default="/srv/seqcourse-hub", help="the class's folder (default /srv/seqcourse-hub)")
     p.add_argument("--prefix", default="seq-", help="the accounts' names begin with this (default seq-)")
     p.add_argument("--home-base", default="/home", help="the accounts' homes are made under this (default /home)")
@@ -39,20 +46,39 @@ def parse(argv):
         p.error("--students must be between 1 and 500")
     if not 0 < args.cpu <= os.cpu_count():
         p.error(f"--cpu must be above 0 and at most this machine's {os.cpu_count()} CPUs")
+    if not 64 <= args.pids <= 100_000:
+        p.error("--pids must be between 64 and 100000 (a server and a kernel need about 60)")
+    try:
+        args.disk_bytes = parse_size(args.disk)
+        args.mem_bytes = parse_size(args.mem)
+    except DiskError as e:
+        p.error(str(e))
+    if args.disk_bytes < 32 * 2**20:
+        p.error("--disk must be at least 32M")
     return args
 
 
 def logins(room, port):
     """The table `make hub` prints: where, who, password, role."""
-    rows = [f"JupyterHub for the class: http://127.0.0.1:{port}/", TRIAL, ""]
+    rows = [f"JupyterHub for the class: http://{classroom.HOST}:{port}/", TRIAL, ""]
     rows += [f"  {user:<24} {room.passwords[user]:<16} {room.role(user)}" for user in room.users]
     return "\n".join(rows)
+
+
+def walls(room, args):
+    """What bounds each student, in the lines `make hub` prints after the logins."""
+    disk = (f"her home and her submissions on a disk of her own, {shown(room.disk)}" if not room.disk_note else
+            f"her disk is NOT limited ({room.disk_note})")
+    return (f"Each student's server: {args.cpu:g} CPU, {args.mem} of memory (her /tmp, /var/tmp and /dev/shm included), "
+            f"{args.pids} processes; {disk}; on her own origin (http://NAME.{classroom.HOST}:{args.port}/), seeing only her "
+            "home, the exchange's released work and her own inbound.")
 
 
 def hub_env(room, args):
     """The hub's settings (jupyterhub_config.py); its own and its proxy's API on ports free now, not 8081 and 8001."""
     return os.environ | {"SEQCOURSE_HUB_STATE": str(room.state), "SEQCOURSE_HUB_PORT": str(args.port),
-                         "SEQCOURSE_HUB_CPU": str(args.cpu), "SEQCOURSE_HUB_MEM": args.mem,
+                         "SEQCOURSE_HUB_CPU": str(args.cpu), "SEQCOURSE_HUB_MEM": str(args.mem_bytes),
+                         "SEQCOURSE_HUB_PIDS": str(args.pids),
                          "SEQCOURSE_HUB_API_PORT": str(free_port()), "SEQCOURSE_HUB_PROXY_PORT": str(free_port())}
 
 
@@ -62,12 +88,31 @@ def free_port():
         return s.getsockname()[1]
 
 
-def leftovers(hub_pid):
-    """Every process still in a cgroup the hub made, killed, and the groups removed."""
-    for folder in (Path(CGROUPS), Path(CGROUPS, "cpu"), Path(CGROUPS, "memory")):  # version 2, then version 1's
-        for group in folder.glob(f"{CGROUP_PREFIX}{hub_pid}-*"):
-            stop_all(group)
-            remove_cgroup(group)
+def leftovers(hub_pid, room):
+    """After the hub: every process still in a cgroup it made, or of a student's account, killed; the groups
+    removed. Returns what could not be ended, each in a line."""
+    left = [f"the cgroup {group} could not be removed: {n} processes are still in it" for group, n in cgroups.leftovers(hub_pid)]
+    uids = {pwd.getpwnam(s).pw_uid for s in room.students}
+    for _ in range(20):
+        alive = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if _uid(pid) in uids]
+        if not alive:
+            break
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.1)
+    else:
+        left.append(f"{len(alive)} processes of the students' accounts would not end: {alive[:10]}")
+    return left
+
+
+def _uid(pid):
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
 
 
 def stop_with_parent():
@@ -82,10 +127,11 @@ def stop_with_parent():
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)
     try:
-        room = classroom.prepare(args.state, args.students, args.prefix, args.home_base)
+        room = classroom.prepare(args.state, args.students, args.prefix, args.home_base, disk=args.disk_bytes)
     except classroom.ClassError as e:
         sys.exit(f"make hub: {e}")
     print(logins(room, args.port), flush=True)
+    print("\n" + walls(room, args), flush=True)
     if args.prepare_only:
         return
     print("\nCtrl-C stops the hub and every server it started.", flush=True)
@@ -100,8 +146,11 @@ def main(argv=None):
     finally:
         stop()
         hub.wait()
-        leftovers(hub.pid)
-        print("The hub and every server it started have stopped.", flush=True)
+        left = leftovers(hub.pid, room)
+        for line in left:
+            print(f"make hub: {line}", file=sys.stderr, flush=True)
+        if not left:
+            print("The hub and every server it started have stopped.", flush=True)
     sys.exit(0 if hub.returncode in (0, -signal.SIGINT, -signal.SIGTERM) else hub.returncode)
 
 

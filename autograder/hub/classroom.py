@@ -4,17 +4,22 @@
     STATE/envs/student        the students' Python: the student distribution, JupyterLab, nbgrader, the hub's
                               single-user server; no solutions_lib, no hidden cases, no solution notebooks
     STATE/envs/instructor     the instructor's: the course repository (editable, with grading), the same tools
-    STATE/jupyter/ROLE        each role's Jupyter configuration (jupyter-config/ROLE, and nbgrader's exchange)
-    STATE/exchange            nbgrader's exchange, sticky and writable by all, like /tmp
+    STATE/jupyter/ROLE        each role's Jupyter configuration (jupyter-config/ROLE, nbgrader's exchange, the
+                              terminal's shell), root's; a student's server reads none from her home
+    STATE/exchange            nbgrader's exchange, the instructor's alone before any student logs in: its course
+                              folder with outbound, inbound and feedback, in nbgrader's modes
+    STATE/disks, STATE/volumes  each student's disk: her home and her inbound (autograder/hub/disks.py)
     STATE/proxy               configurable-http-proxy, the hub's proxy, from the npm registry
     ~instructor/seqcourse     the instructor's copy of the course: what git tracks, and files it does not ignore
 
 The accounts are real Unix users, each with a home only they may enter: the exchange takes a submission's
-owner from the file system, and one student must not read another's work.
+owner from the file system, and one student must not read another's work. The checkout `make hub` runs from
+holds the reference and the hidden cases: it must be one that no other account can read.
 """
 from __future__ import annotations
 
 import dataclasses
+import grp
 import hashlib
 import json
 import os
@@ -28,13 +33,20 @@ import time
 from pathlib import Path
 
 from autograder.course import digest, find_root
+from autograder.grading.exchange import INBOUND_MODE
+from autograder.hub.disks import DiskError, Volumes
 
+HOST = "localhost"  # the hub's pages on http://localhost:PORT, each user's server on http://NAME.localhost:PORT
 COURSE = "seqcourse"  # nbgrader's course id: the exchange's folder, and the groups below
 STUDENTS = f"nbgrader-{COURSE}"  # the JupyterHub groups nbgrader's JupyterHubAuthPlugin reads
 INSTRUCTORS = f"formgrade-{COURSE}"
 PROXY = "configurable-http-proxy@4.6.3"
 ROLES = ("student", "instructor")
 DIST_SOURCES = {"autograder", "course_lib", "notebooks", "solutions", "solutions_lib", "pyproject.toml"}  # the distribution's
+SECRETS = ("solutions_lib/__init__.py", "autograder/assignments/__init__.py", "solutions")  # what no student may read
+# nbgrader's modes for the course's folders in the exchange (release_assignment, release_feedback); the inbound sticky
+EXCHANGE_MODES = {"": 0o755, "outbound": 0o755, "inbound": INBOUND_MODE, "feedback": 0o711}
+DISK = 2 * 2**30  # each student's disk, by default
 
 
 class ClassError(Exception):
@@ -48,6 +60,8 @@ class Classroom:
     students: list
     passwords: dict
     home_base: str = "/home"
+    disk: int = DISK  # each student's disk, in bytes
+    disk_note: str = ""  # '' or why the students' disks are not limited on this machine
 
     @property
     def users(self):
@@ -67,6 +81,13 @@ class Classroom:
         return self.state / "exchange"
 
     @property
+    def volumes(self):
+        return Volumes(self.state)
+
+    def home(self, user):
+        return Path(pwd.getpwnam(user).pw_dir)
+
+    @property
     def hub_dir(self):
         return self.state / "hub"
 
@@ -83,25 +104,32 @@ class Classroom:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump({"instructor": self.instructor, "students": self.students, "passwords": self.passwords,
-                       "home_base": self.home_base}, f, indent=1)
+                       "home_base": self.home_base, "disk": self.disk, "disk_note": self.disk_note}, f, indent=1)
 
     @classmethod
     def load(cls, state):
         state = Path(state)
         data = json.loads((state / "hub" / "class.json").read_text())
-        return cls(state, data["instructor"], data["students"], data["passwords"], data.get("home_base", "/home"))
+        return cls(state, data["instructor"], data["students"], data["passwords"], data.get("home_base", "/home"),
+                   data.get("disk", DISK), data.get("disk_note", ""))
 
 
-def prepare(state, students=3, prefix="seq-", home_base="/home", repo=None, say=print):
-    """The class under `state`, made or brought up to date: accounts, environments, configuration, exchange, proxy."""
+def prepare(state, students=3, prefix="seq-", home_base="/home", repo=None, say=print, disk=DISK):
+    """The class under `state`, made or brought up to date: accounts, disks, exchange, configuration, environments,
+    proxy. Returns the class, with `.disk_note`: '' or why the students' disks are not limited here."""
     if os.geteuid() != 0:
         raise ClassError("a class's hub creates Unix accounts and starts each user's server as that user: run it as root "
                          "(sudo make hub)")
-    for tool in ("useradd", "npm"):
+    for tool in ("useradd", "npm", "bwrap"):
         if not shutil.which(tool):
-            raise ClassError(f"`{tool}` is not installed: the hub needs it "
-                             + ("(Debian: apt-get install nodejs npm)" if tool == "npm" else "(Debian: package passwd)"))
+            raise ClassError(f"`{tool}` is not installed: the hub needs it " + {
+                "npm": "(Debian: apt-get install nodejs npm)", "bwrap": "to wall each student's server (Debian: apt-get "
+                "install bubblewrap)", "useradd": "(Debian: package passwd)"}[tool])
     repo = Path(repo or find_root())
+    exposed = readable_by_others(repo, SECRETS)
+    if exposed:
+        raise ClassError(f"other accounts on this machine can read {exposed}, the reference or hidden cases, and so could "
+                         f"every student: make the checkout yours alone (chmod -R go-rwx {repo}) and run make hub again")
     state = Path(state)
     for folder, mode in ((state, 0o755), (state / "envs", 0o755), (state / "jupyter", 0o755), (state / "hub", 0o700)):
         folder.mkdir(parents=True, exist_ok=True)
@@ -110,7 +138,14 @@ def prepare(state, students=3, prefix="seq-", home_base="/home", repo=None, say=
     room = _roster(state, students, prefix, home_base)
     for user in room.users:
         _account(user, room.home_base, say)
-    _exchange(room.exchange)
+    _exchange(room)
+    teacher = pwd.getpwnam(room.instructor)
+    try:
+        room.disk_note = room.volumes.prepare(room.students, disk, room.home, (teacher.pw_uid, teacher.pw_gid), say)
+    except DiskError as e:
+        raise ClassError(str(e)) from None
+    room.disk = disk
+    room.save()
     for role in ROLES:
         _jupyter_config(repo, room, role)
     _proxy(room, say)
@@ -160,31 +195,102 @@ def _account(user, home_base, say):
     os.chmod(pw.pw_dir, 0o700)  # Debian's useradd leaves homes readable by all
 
 
-def _exchange(root):
-    """nbgrader's exchange: everyone may create in it, no one may remove another's (sticky, as /tmp).
-    The course's release_assignment makes the inbound unlistable (autograder/grading/exchange.py)."""
+def _exchange(room):
+    """nbgrader's exchange, made before any student may log in: its top folder and the course's folder with outbound,
+    inbound and feedback, all the instructor's, in nbgrader's modes. Students write only into their own inbound, on
+    their own disks, which their servers see in the inbound's place (autograder/hub/wall.py). A course folder someone
+    else made, from an earlier class whose exchange was open to all, stops the class: its owner could read and change
+    what is released and submitted there."""
+    teacher = pwd.getpwnam(room.instructor)
+    root, course = room.exchange, room.exchange / COURSE
     root.mkdir(exist_ok=True)
-    os.chown(root, 0, 0)
-    os.chmod(root, 0o1777)
+    for name, mode in EXCHANGE_MODES.items():
+        folder = course / name if name else course
+        try:
+            st = os.lstat(folder)
+        except FileNotFoundError:
+            folder.mkdir(mode=0o700)
+            st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (teacher.pw_uid, 0):
+            owner = _user_name(st.st_uid)
+            raise ClassError(f"{folder} belongs to {owner}, not the instructor {room.instructor}: someone made it before "
+                             f"the class's exchange was set up, and could read or change what is released and submitted "
+                             f"there. Remove it (rm -r {course}) and run make hub again")
+    for path, mode in [(root, 0o755), *((course / n if n else course, m) for n, m in EXCHANGE_MODES.items())]:
+        os.chown(path, teacher.pw_uid, teacher.pw_gid)
+        os.chmod(path, mode)
+
+
+def _user_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def readable_by_others(repo, names):
+    """The first of `names` (paths in `repo`) that an account other than its owner and root may read, or ''. An
+    account may read a file when it may search every folder above it and read it, by the bits for others or for
+    a group it is in."""
+    for name in names:
+        path = Path(repo, name)
+        if not path.exists():
+            continue
+        wanted = stat.S_IROTH | (stat.S_IXOTH if path.is_dir() else 0)
+        if _open_to_others(path, wanted) and all(_open_to_others(p, stat.S_IXOTH) for p in path.parents):
+            return str(path)
+    return ""
+
+
+def _open_to_others(path, bits):
+    """True when `bits` (given for others) are granted to others, or to a group that holds another account."""
+    st = path.stat()
+    if st.st_mode & bits == bits:
+        return True
+    return st.st_mode & (bits << 3) == bits << 3 and _group_has_others(st.st_gid, st.st_uid)
+
+
+def _group_has_others(gid, owner):
+    """True when an account other than `owner` and root is in the group `gid`."""
+    try:
+        members = set(grp.getgrgid(gid).gr_mem)
+    except KeyError:
+        members = set()
+    members |= {p.pw_name for p in pwd.getpwall() if p.pw_gid == gid}
+    return bool(members - {_user_name(owner), "root"})
 
 
 def _jupyter_config(repo, room, role):
-    """jupyter-config/ROLE (which of nbgrader's tools the role sees) and the exchange, in the role's own folder."""
+    """The role's Jupyter configuration, in a folder of its own that only root may change: jupyter-config/ROLE (which
+    of nbgrader's tools the role sees), the exchange, kernels on Unix sockets, and the terminal's shell."""
     folder = room.config(role)
     shutil.copytree(repo / "jupyter-config" / role, folder, dirs_exist_ok=True)
-    (folder / "nbgrader_config.py").write_text(
-        '"""nbgrader for the hub\'s class: the shared exchange, and who is in the course from the hub\'s groups."""\n'
-        "c = get_config()  # noqa: F821\n"
-        f"c.CourseDirectory.course_id = {COURSE!r}\n"
-        f"c.Exchange.root = {str(room.exchange)!r}\n"
-        'c.Authenticator.plugin_class = "nbgrader.auth.JupyterHubAuthPlugin"\n')
+    nbgrader = ('"""nbgrader for the hub\'s class: the shared exchange, and who is in the course from the hub\'s groups."""\n'
+                "c = get_config()  # noqa: F821\n"
+                f"c.CourseDirectory.course_id = {COURSE!r}\n"
+                f"c.Exchange.root = {str(room.exchange)!r}\n"
+                'c.Authenticator.plugin_class = "nbgrader.auth.JupyterHubAuthPlugin"\n')
+    if role == "instructor":  # each student submits into an inbound on her own disk (autograder/hub/disks.py)
+        inbounds = [str(room.volumes.inbound(s)) for s in room.students]
+        nbgrader += f"c.Collect.student_inbounds = {inbounds!r}\n"
+    (folder / "nbgrader_config.py").write_text(nbgrader)
     (folder / "jupyter_server_config.py").write_text(
         '"""Kernels talk to their server over Unix sockets in the user\'s own runtime folder, not loopback TCP ports: on\n'
         "a machine a class shares, kernels of two servers starting at once can race for a port (the loser dies), and\n"
-        'any account may connect to a TCP port."""\n'
+        "any account may connect to a TCP port. A terminal is an interactive bash that keeps the role's environment\n"
+        'first on PATH (a login shell would reset PATH from /etc/profile, and `nbgrader` would not be found)."""\n'
         "c = get_config()  # noqa: F821\n"
-        'c.KernelManager.transport = "ipc"\n')
+        'c.KernelManager.transport = "ipc"\n'
+        f'c.ServerApp.terminado_settings = {{"shell_command": ["/bin/bash", "--rcfile", {str(folder / "bashrc")!r}, "-i"]}}\n')
+    env = room.env(role)
+    (folder / "bashrc").write_text(
+        "# The shell of a JupyterLab terminal on the class's hub: the user's own settings, then the role's environment first.\n"
+        "[ -f /etc/bash.bashrc ] && . /etc/bash.bashrc\n"
+        "[ -f ~/.bashrc ] && . ~/.bashrc\n"
+        f"export VIRTUAL_ENV={str(env)!r}\n"
+        f'case ":$PATH:" in *":{env}/bin:"*) ;; *) export PATH="{env}/bin:$PATH" ;; esac\n')
     for path in [folder, *folder.rglob("*")]:
+        os.chown(path, 0, 0)
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
 
 
@@ -297,17 +403,23 @@ def _run(cmd, cwd=None):
 
 
 def remove(room, say=print):
-    """Remove the class's accounts and homes and its state (the tests' clean-up; `make hub` keeps them)."""
+    """Remove the class's accounts, disks and homes and its state (the tests' clean-up; `make hub` keeps them)."""
+    present = [u for u in room.students if _class_account(u)]
+    room.volumes.unmount(present, room.home)
     for user in room.users:
-        try:
-            pw = pwd.getpwnam(user)
-        except KeyError:
+        if not _class_account(user):
             continue
-        if pw.pw_gecos == f"{COURSE} hub":
-            for _ in range(20):  # userdel refuses an account with a process still running
-                subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
-                if subprocess.run(["userdel", "--remove", user], capture_output=True).returncode in (0, 6):
-                    break
-                time.sleep(0.25)
-            say(f"removed the Unix account {user}")
+        for _ in range(20):  # userdel refuses an account with a process still running
+            subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
+            if subprocess.run(["userdel", "--remove", user], capture_output=True).returncode in (0, 6):
+                break
+            time.sleep(0.25)
+        say(f"removed the Unix account {user}")
     shutil.rmtree(room.state, ignore_errors=True)
+
+
+def _class_account(user):
+    try:
+        return pwd.getpwnam(user).pw_gecos == f"{COURSE} hub"
+    except KeyError:
+        return False

@@ -1,20 +1,30 @@
 """The hub of a class on this machine (`jupyterhub -f` this file; python -m autograder.hub starts it).
 
 Its settings come from the environment that command sets: SEQCOURSE_HUB_STATE (the class's folder, see
-classroom.py), SEQCOURSE_HUB_PORT, SEQCOURSE_HUB_CPU (CPUs per user), SEQCOURSE_HUB_MEM (memory per user), and the ports of the
-hub's API and the proxy's (SEQCOURSE_HUB_API_PORT, SEQCOURSE_HUB_PROXY_PORT).
+classroom.py), SEQCOURSE_HUB_PORT, SEQCOURSE_HUB_CPU (CPUs per student), SEQCOURSE_HUB_MEM (memory per student),
+SEQCOURSE_HUB_PIDS (processes per student), and the ports of the hub's API and the proxy's (SEQCOURSE_HUB_API_PORT,
+SEQCOURSE_HUB_PROXY_PORT).
+
+Each user's server has an origin of its own: the hub's pages are on http://localhost:PORT, a user's server on
+http://NAME.localhost:PORT (browsers resolve every name under localhost to this machine). So a page a student's
+server serves, whatever her configuration makes it serve, runs in her origin, not the hub's: it cannot read the
+hub's pages or the instructor's (their xsrf tokens among them), and the cookies of the hub and of every other
+server are not sent to it. A real class does the same on a domain of its own: subdomain_host =
+"https://hub.example.edu", with a wildcard DNS record and certificate for *.hub.example.edu.
 """
 import os
 
-from autograder.hub.classroom import INSTRUCTORS, STUDENTS, Classroom
+from autograder.hub.classroom import HOST, INSTRUCTORS, STUDENTS, Classroom
 from autograder.hub.spawner import TRIAL, ClassSpawner, TrialAuthenticator
 
 c = get_config()  # noqa: F821 (provided by jupyterhub)
 state = os.environ["SEQCOURSE_HUB_STATE"]
 room = Classroom.load(state)
 
+port = int(os.environ.get("SEQCOURSE_HUB_PORT", "8000"))
 c.JupyterHub.ip = "127.0.0.1"
-c.JupyterHub.port = int(os.environ.get("SEQCOURSE_HUB_PORT", "8000"))
+c.JupyterHub.port = port
+c.JupyterHub.subdomain_host = f"http://{HOST}:{port}"
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = int(os.environ.get("SEQCOURSE_HUB_API_PORT", "8081"))
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{os.environ.get('SEQCOURSE_HUB_PROXY_PORT', '8001')}"
@@ -41,6 +51,7 @@ c.JupyterHub.spawner_class = ClassSpawner
 c.ClassSpawner.state = state
 c.Spawner.env_keep = ["LANG", "LC_ALL", "TZ"]  # not the hub's PATH or PYTHONPATH (spawner.ClassSpawner.get_env)
 c.Spawner.cpu_limit = float(os.environ.get("SEQCOURSE_HUB_CPU", "1"))
-c.Spawner.mem_limit = os.environ.get("SEQCOURSE_HUB_MEM", "3G")
+c.Spawner.mem_limit = int(os.environ.get("SEQCOURSE_HUB_MEM", str(3 * 2**30)))  # bytes
+c.ClassSpawner.pids_limit = int(os.environ.get("SEQCOURSE_HUB_PIDS", "512"))
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120

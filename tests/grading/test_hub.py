@@ -1,19 +1,29 @@
 """A class through a real JupyterHub, as `make hub` starts it (python -m autograder.hub), driven in Chromium.
 
 Real Unix accounts (an instructor, two students), each user's server started by the hub as that account in its
-role's environment (the students': the student distribution only) under cgroup limits, nbgrader's exchange, the
-hub's groups read by nbgrader's JupyterHubAuthPlugin. The instructor releases notebook 05 through the formgrader;
-the students log in at the hub's login page and fetch and submit it in JupyterLab's Assignment List, one complete,
-one hostile (scripts in outputs and cells, a link to a classmate's home); the instructor collects, grades with
-`grade` from a terminal and with the formgrader's autograde button, looks at both in the formgrader, and releases
-feedback, which each student fetches in the Assignment List. Then, as the students: what they must not reach.
-Ctrl-C stops the hub and every server. Screenshots go to test-artifacts/hub/.
+role's environment (the students': the student distribution only), each on an origin of its own, a student's behind
+her wall (her own disk, private /tmp and /dev/shm, cgroup limits on CPU, memory and processes), nbgrader's exchange
+made by `make hub`, the hub's groups read by nbgrader's JupyterHubAuthPlugin. `make hub` runs from a checkout only
+root may read. The instructor releases notebook 05 through the formgrader; the students log in at the hub's login
+page and fetch and submit it in JupyterLab's Assignment List, one complete, one hostile (scripts in outputs and
+cells, links to a classmate's home and to a page of her own server); the instructor collects, grades with `grade`
+typed in a JupyterLab terminal and with the formgrader's autograde button, looks at both in the formgrader, and
+releases feedback, which each student fetches in the Assignment List.
+
+Then the hostile student attacks, from her own terminal (a JupyterLab terminal of her server, as her Unix account),
+as issue 47 found a student could on the class `make hub` used to make: a page her server serves run in the
+instructor's browser (the instructor clicks the link in her submission), the exchange taken before the instructor
+releases, the instructor's checkout read, the machine's processes exhausted, /dev/shm and /tmp filled past her
+memory and kept after her server stops, processes left running after it, the disk filled. Each fails, and the
+honest classmate's work is unchanged. Ctrl-C stops the hub and every server. Screenshots go to test-artifacts/hub/.
 """
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -25,11 +35,11 @@ import pytest
 import requests
 
 from autograder import registry
-from autograder.hub import classroom
-from autograder.hub.classroom import COURSE
 from autograder.grading.grade import read_problems
+from autograder.hub import classroom, client
+from autograder.hub.classroom import COURSE, EXCHANGE_MODES
 from autograder.release import fill_submission
-from conftest import ROOT
+from conftest import ROOT, clone
 
 if os.geteuid() != 0 or not shutil.which("useradd"):
     pytest.skip("a class's hub needs root, to make Unix accounts and start servers as them", allow_module_level=True)
@@ -38,27 +48,30 @@ if not shutil.which("npm"):
 sys.path.insert(0, str(ROOT / "tests" / "learner"))
 from test_browser import CHROMIUM, CHROMIUM_FLAGS, LIVE_JS, payload  # noqa: E402 (skips this file without Chromium)
 
+import websocket  # noqa: E402 (websocket-client, which JupyterLab's terminals are tested with here)
+
 pytestmark = pytest.mark.slow
 NAME = "05_self_attention"
 FULL = sum(ex.points for ex in registry.for_notebook(NAME))
 ARTIFACTS = ROOT / "test-artifacts" / "hub"
 WAIT_MS = 180_000  # a server's start, a fetch, a submit: seconds on a quiet machine, more beside other tests
+MEM, PIDS, DISK = 2 * 2**30, 256, 128 * 2**20  # each student's, small enough to reach in a test
+TMPFS = MEM // 4  # each of her /tmp, /var/tmp and /dev/shm (autograder.hub.wall.tmpfs_bytes)
 
 
 class Hub:
-    """`python -m autograder.hub` for a class of two, on a free port, in a folder of its own."""
+    """`python -m autograder.hub` for a class of two, on a free port, in folders of its own, from a private checkout."""
 
-    def __init__(self, top):
+    def __init__(self, top, checkout):
         from autograder.hub.__main__ import free_port
 
-        self.top, self.port = top, free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.top, self.port, self.checkout = top, free_port(), checkout
+        self.url = f"http://localhost:{self.port}"
         self.log = top / "hub.log"
         self.state = top / "state"
-        cmd = [sys.executable, "-m", "autograder.hub", "--state", self.state, "--prefix", f"h{os.getpid()}-",
-               "--students", "2", "--home-base", top / "home", "--port", self.port, "--cpu", "1", "--mem", "2G"]
+        self.prefix = f"h{os.getpid()}-"
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(list(map(str, cmd)), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=checkout)
         deadline = time.monotonic() + 900  # the first start installs two environments
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -73,24 +86,38 @@ class Hub:
             pytest.fail(f"the hub did not answer:\n{self.log.read_text()[-4000:]}")
         self.room = classroom.Classroom.load(self.state)
 
+    def command(self, *extra):
+        return list(map(str, [sys.executable, "-m", "autograder.hub", "--state", self.state, "--prefix", self.prefix,
+                              "--students", "2", "--home-base", self.top / "home", "--port", self.port, "--cpu", "1",
+                              "--mem", MEM, "--pids", PIDS, "--disk", DISK, *extra]))
+
+    def server(self, user):
+        return client.server_url(user, self.port)
+
     def stop(self):
-        """Ctrl-C, as a person stops it; what is left of the class's processes afterwards."""
+        """Ctrl-C, as a person stops it; what is left of the class's processes and cgroups afterwards."""
         self.proc.send_signal(signal.SIGINT)
         try:
             self.proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
             self.proc.kill()  # the hub, whose parent it was, gets SIGTERM (autograder.hub.__main__.stop_with_parent)
             self.proc.wait()
-        left = subprocess.run(["pgrep", "-a", "-u", ",".join(self.room.users)], capture_output=True, text=True).stdout
-        cgroups = [p.name for c in ("cpu", "memory") for p in Path("/sys/fs/cgroup", c).glob("seqcourse-hub-*")]
-        return left, cgroups
+        return processes_of(self.room.users), cgroups_left()
+
+
+def processes_of(users):
+    return subprocess.run(["pgrep", "-a", "-u", ",".join(users)], capture_output=True, text=True).stdout
+
+
+def cgroups_left():
+    return [p.name for c in ("cpu", "memory", "pids", "freezer") for p in Path("/sys/fs/cgroup", c).glob("seqcourse-hub-*")]
 
 
 class User:
     """A user's session at the hub (requests), with an API token of their own for their server."""
 
     def __init__(self, hub, name):
-        self.hub, self.name, self.s = hub, name, requests.Session()
+        self.hub, self.name, self.s = hub, name, client.session()
         self.s.get(f"{hub.url}/hub/login")
         r = self.s.post(f"{hub.url}/hub/login", data={"username": name, "password": hub.room.passwords[name],
                                                       "_xsrf": self.s.cookies.get("_xsrf", path="/hub/")})
@@ -99,9 +126,9 @@ class User:
                         headers={"X-XSRFToken": self.s.cookies.get("_xsrf", path="/hub/")})
         assert r.ok, r.text[:500]
         self.token = r.json()["token"]
-        self.wait_server()
+        self.start()
 
-    def wait_server(self):
+    def start(self):
         self.s.post(f"{self.hub.url}/hub/api/users/{self.name}/server", headers=self.auth())
         for _ in range(WAIT_MS // 1000):
             if self.get("api/status").status_code == 200:
@@ -109,20 +136,35 @@ class User:
             time.sleep(1)
         pytest.fail(f"{self.name}'s server did not start:\n{self.hub.log.read_text()[-4000:]}")
 
+    def stop(self):
+        """The server stopped through the hub's API, as the hub's home page's Stop button does."""
+        r = self.s.delete(f"{self.hub.url}/hub/api/users/{self.name}/server", headers=self.auth())
+        assert r.status_code in (202, 204), r.text[:500]
+        for _ in range(120):
+            if self.s.get(f"{self.hub.url}/hub/api/users/{self.name}", headers=self.auth()).json()["servers"] == {}:
+                return
+            time.sleep(0.5)
+        pytest.fail(f"{self.name}'s server did not stop")
+
     def auth(self):
         return {"Authorization": f"token {self.token}"}
 
     def get(self, path, user=None):
-        return self.s.get(f"{self.hub.url}/user/{user or self.name}/{path}", headers=self.auth(), allow_redirects=False)
+        return self.s.get(self.hub.server(user or self.name) + path, headers=self.auth(), allow_redirects=False)
 
     def post(self, path):
-        r = self.s.post(f"{self.hub.url}/user/{self.name}/{path}", headers=self.auth(), timeout=600)
+        r = self.s.post(self.hub.server(self.name) + path, headers=self.auth(), timeout=600)
         assert r.ok and r.json().get("success", True), r.text[-3000:]
         return r.json()
 
     def put_notebook(self, path, nb):
-        r = self.s.put(f"{self.hub.url}/user/{self.name}/api/contents/{path}", headers=self.auth(),
-                       json={"type": "notebook", "format": "json", "content": json.loads(nbformat.writes(nb))})
+        self.put(path, {"type": "notebook", "format": "json", "content": json.loads(nbformat.writes(nb))})
+
+    def put_file(self, path, text):
+        self.put(path, {"type": "file", "format": "text", "content": text})
+
+    def put(self, path, model):
+        r = self.s.put(self.hub.server(self.name) + f"api/contents/{path}", headers=self.auth(), json=model)
         assert r.ok, r.text[:500]
 
     def notebook(self, path):
@@ -130,27 +172,50 @@ class User:
         assert r.ok, r.text[:500]
         return nbformat.from_dict(r.json()["content"])
 
+    def terminal(self):
+        return Terminal(self)
 
-def server_env(user):
-    """The environment the hub gave `user`'s server, read from its process: what their terminal and kernels get."""
-    raw = Path(f"/proc/{server_pid(user)}/environ").read_bytes().split(b"\0")
-    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
-
-
-def server_pid(user):
-    return subprocess.run(["pgrep", "-u", user, "-f", "jupyterhub-singleuser"], capture_output=True, text=True).stdout.split()[0]
+    def tokens(self):
+        return [t["id"] for t in self.s.get(f"{self.hub.url}/hub/api/users/{self.name}/tokens", headers=self.auth()).json()["api_tokens"]]
 
 
-def as_account(user, args, cwd=None):
-    """`args` as the user's Unix account, no capability, with the environment of their server and in its cgroups,
-    as a terminal of theirs runs."""
-    pw = pwd.getpwnam(user)
-    groups = [f"/sys/fs/cgroup/{c}{path}" for _, c, path in (line.split(":", 2) for line in
-              Path(f"/proc/{server_pid(user)}/cgroup").read_text().splitlines()) if c in ("cpu", "memory") and path != "/"]
-    enter = "".join(f"echo $$ > {g}/cgroup.procs && " for g in groups)
-    become = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups"]
-    return subprocess.run(["sh", "-c", enter + 'exec "$@"', "enter", *become, *map(str, args)],
-                          cwd=cwd or pw.pw_dir, env=server_env(user), capture_output=True, text=True, timeout=900)
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\r")
+
+
+class Terminal:
+    """A JupyterLab terminal of the user's server, typed into as a person does: what runs there runs as their Unix
+    account, in their server's world (for a student, behind her wall), with the shell the class configured. Each
+    command connects anew, as a page reopened does: the server closes a connection left without pings."""
+
+    def __init__(self, user):
+        r = user.s.post(user.hub.server(user.name) + "api/terminals", headers=user.auth())
+        assert r.ok, r.text[:500]
+        self.url = user.hub.server(user.name).replace("http://", "ws://") + f"terminals/websocket/{r.json()['name']}"
+        self.token, self.typed = user.token, 0
+
+    def run(self, command, timeout=WAIT_MS / 1000):
+        """`command`'s output and exit status, typed on one line."""
+        self.typed += 1
+        end = f"__END{self.typed}__"
+        ws = websocket.create_connection(self.url, header=[f"Authorization: token {self.token}"], timeout=5)
+        try:
+            ws.send(json.dumps(["stdin", f'{command}; echo "{end[:4]}""{end[4:]}$?"\r']))
+            text, deadline = "", time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                try:
+                    kind, *rest = json.loads(ws.recv())
+                except websocket.WebSocketTimeoutException:
+                    continue
+                if kind == "stdout":
+                    text += rest[0]
+                    clean = ANSI.sub("", text)
+                    done = re.search(re.escape(end) + r"(\d+)", clean)
+                    if done:
+                        typed = max(0, clean.find(end[4:] + "$?"))  # the line typed, echoed: the output starts after it
+                        return clean[clean.find("\n", typed) + 1:done.start()], int(done.group(1))
+        finally:
+            ws.close()
+        pytest.fail(f"the terminal did not finish {command!r} in {timeout} s:\n{ANSI.sub('', text)[-3000:]}")
 
 
 def log_in(browser, hub, user):
@@ -161,7 +226,7 @@ def log_in(browser, hub, user):
     page.fill("input[name=username]", user)
     page.fill("input[name=password]", hub.room.passwords[user])
     page.click("[type=submit]")
-    page.wait_for_url(f"**/user/{user}/lab**")
+    page.wait_for_url(f"http://{user}.localhost:{hub.port}/user/{user}/lab**")
     page.wait_for_selector(".lm-MenuBar-itemLabel")
     return page
 
@@ -192,11 +257,18 @@ def until(ready, what):
         time.sleep(0.5)
 
 
-def hostile_notebook(released, solution, classmate_home):
-    """The complete notebook, plus a script in an output, a handler in a markdown cell and a link to a classmate's work."""
+HEATMAP = "heatmap.html"
+
+
+def hostile_notebook(released, solution, classmate_home, her_page):
+    """The complete notebook, plus a script in an output, a handler in a markdown cell, a link to a classmate's work,
+    and a cell that displays a link to a page of her own server."""
     nb = fill_submission(released, solution)
     nb.cells.append(nbformat.v4.new_markdown_cell(f"<img src=x onerror=\"{payload('hub-md')}\"> "
                                                   f"[their work](file://{classmate_home}/{NAME}/{NAME}.ipynb)"))
+    # a link in what her code displays: the formgrader keeps it clickable (autograder.grading.inert)
+    nb.cells.append(nbformat.v4.new_code_cell("from IPython.display import HTML, display\n"
+                                              f"display(HTML('<a href=\"{her_page}\">see my attention heatmap</a>'))"))
     code = nbformat.v4.new_code_cell("1")
     code.outputs = [nbformat.v4.new_output("display_data", {"text/html": f"<script>{payload('hub-out')}</script>",
                                                             "text/plain": "x"})]
@@ -207,22 +279,50 @@ def hostile_notebook(released, solution, classmate_home):
     return nb
 
 
+# A page that takes over whoever opens it when it runs in the hub's origin (issue 47's first attack): it reads the
+# instructor's xsrf token from the hub's token page, makes an API token with all of the instructor's scopes, and
+# with it opens a terminal on the instructor's server. Returns how far it got.
+TAKEOVER_JS = """async ([hub, teacher]) => {
+  const got = {};
+  try {
+    const page = await fetch(hub + '/hub/token', {mode: 'no-cors', credentials: 'include'});
+    got.page = page.type;
+    got.xsrf = ((await page.text()).match(/xsrf_token: "([^"]+)"/) || [])[1] || null;
+  } catch (e) { got.page = 'refused: ' + e; got.xsrf = null; }
+  try {
+    const made = await fetch(hub + '/hub/api/users/' + teacher + '/tokens', {method: 'POST', credentials: 'include',
+      headers: {'Content-Type': 'application/json', 'X-XSRFToken': got.xsrf || ''}, body: JSON.stringify({note: 'pwned'})});
+    got.token_status = made.status;
+    got.token = (await made.json()).token || null;
+  } catch (e) { got.token_status = 'refused: ' + e; got.token = null; }
+  got.cookies = document.cookie;
+  return got;
+}"""
+
+
 @pytest.fixture(scope="module")
 def term():
     from playwright.sync_api import sync_playwright
 
+    resolve = client.resolve_loopback()
     top = Path(tempfile.mkdtemp(prefix="seqcourse-hub-"))
     os.chmod(top, 0o755)  # the accounts pass through it to their homes and the environments
+    private = Path(tempfile.mkdtemp(prefix="seqcourse-checkout-"))  # 0700: the checkout `make hub` runs from
     hub, seen = None, {}
     try:
-        hub = Hub(top)
+        checkout = clone(private / "seqcourse")
+        subprocess.run(["git", "init", "-q"], cwd=checkout, check=True)  # make hub copies the files git would
+        hub = Hub(top, checkout)
         room = hub.room
         ada, mallory = room.students
+        seen["exchange_at_start"] = exchange_owners(room)
+        seen["printed"] = hub.log.read_text()
         teacher = User(hub, room.instructor)
         teacher.post(f"formgrader/api/assignment/{NAME}/assign")
         seen["release"] = teacher.post(f"formgrader/api/assignment/{NAME}/release")["log"]
         seen["inbound_mode"] = oct((room.exchange / COURSE / "inbound").stat().st_mode & 0o7777)
         students = {who: User(hub, who) for who in room.students}
+        her_page = hub.server(mallory) + f"static/{HEATMAP}"
         solution = nbformat.read(ROOT / "solutions" / NAME / f"{NAME}.ipynb", as_version=4)
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
@@ -234,92 +334,259 @@ def term():
             shot(pages[ada], "student-assignment-list.png")
             released = students[ada].notebook(f"{NAME}/{NAME}.ipynb")
             students[ada].put_notebook(f"{NAME}/{NAME}.ipynb", fill_submission(released, solution))
-            students[mallory].put_notebook(f"{NAME}/{NAME}.ipynb", hostile_notebook(released, solution, room.home_base + "/" + ada))
+            students[mallory].put_notebook(f"{NAME}/{NAME}.ipynb", hostile_notebook(released, solution, room.home(ada), her_page))
             for who, page in pages.items():  # submit in the Assignment List
                 press(page, "fetched_assignments_list", "Submit")
                 page.locator("#submitted_assignments_list .list_item", has_text=NAME).first.wait_for()
-            # the instructor: collect in the formgrader, `grade` in a terminal, then the formgrader's own autograde
+
+            # 2. the exchange, from her terminal: what nbgrader's exchange used to let any student do before a release
+            shell = students[mallory].terminal()
+            course = room.exchange / COURSE
+            seen["exchange_attack"] = shell.run(
+                f"mkdir {course}/outbound/06_multi_head_attention; touch {course}/outbound/{NAME}/evil.py; "
+                f"cp ~/{NAME}/{NAME}.ipynb {course}/outbound/{NAME}/{NAME}.ipynb; ls {course}/inbound; "
+                f"mkdir -p {room.exchange}/{COURSE}2/outbound && echo 'a course of her own, in her memory only'")
+            seen["exchange_after"] = exchange_owners(room)
+
+            # the instructor: collect in the formgrader, `grade` typed in a JupyterLab terminal, the formgrader's button
             seen["collect"] = teacher.post(f"formgrader/api/assignment/{NAME}/collect")["log"]
-            seen["grade"] = as_account(room.instructor, [room.env("instructor") / "bin" / "python", "-m", "autograder", "grade",
-                                                         ".", "--jobs", "1", "--no-progress"], cwd=room.course_dir)
+            desk = teacher.terminal()
+            seen["instructor_tools"] = desk.run("which nbgrader python; nbgrader --version")
+            seen["grade"] = desk.run("python -m autograder grade . --jobs 1 --no-progress", timeout=900)
             seen["scores"] = {s["student"]: s["score"] for s in teacher.get(f"formgrader/api/submissions/{NAME}").json()}
             ids = {s["student"]: s["id"] for s in teacher.get(f"formgrader/api/submitted_notebooks/{NAME}/{NAME}").json()}
             tpage = log_in(browser, hub, room.instructor)
-            tpage.goto(f"{hub.url}/user/{room.instructor}/formgrader/manage_submissions/{NAME}")
+            formgrader = hub.server(room.instructor) + "formgrader/"
+            tpage.goto(formgrader + f"manage_submissions/{NAME}")
             tpage.wait_for_selector("table")
             tpage.locator("tr", has_text=ada).locator(".autograde a").click()  # the formgrader's own autograde button
             tpage.wait_for_selector("#success-modal, #error-modal")
             seen["autograde_button"] = tpage.locator(".modal-title").first.text_content()
-            tpage.goto(f"{hub.url}/user/{room.instructor}/formgrader/manage_submissions/{NAME}")
+            tpage.goto(formgrader + f"manage_submissions/{NAME}")
             tpage.wait_for_selector("table")
             tpage.wait_for_timeout(1000)
             seen["rescored"] = {s["student"]: s["score"] for s in teacher.get(f"formgrader/api/submissions/{NAME}").json()}
             shot(tpage, "instructor-formgrader.png")
             seen["formgrader_text"] = tpage.evaluate("() => document.body.textContent")
-            seen["hostile_page"] = visit(tpage, f"{hub.url}/user/{room.instructor}/formgrader/submissions/{ids[mallory]}/")
+            seen["hostile_page"] = visit(tpage, formgrader + f"submissions/{ids[mallory]}/")
 
-            # mallory submits again, then adds to her entry in the inbound (hers: she may write in it) a link to the
+            # 1. a page of her server, in the instructor's browser: her configuration would serve it to anyone
+            shell.run(f"mkdir -p ~/.jupyter ~/www && echo \"c.ServerApp.extra_static_paths = ['$HOME/www']\" > "
+                      f"~/.jupyter/jupyter_server_config.py && echo '<title>heatmap</title><p>my heatmap' > ~/www/{HEATMAP}")
+            students[mallory].stop()
+            students[mallory].start()  # her server, started again, reads whatever configuration it reads
+            pages[mallory].reload()
+            pages[mallory].wait_for_selector(".lm-MenuBar-itemLabel")
+            assignment_list(pages[mallory])
+            shell = students[mallory].terminal()
+            tokens_before = teacher.tokens()
+            seen["click"] = click_her_link(tpage, hub, room, ids[mallory])
+            seen["tokens_added"] = sorted(set(teacher.tokens()) - set(tokens_before))
+            # the same script in the hub's own origin (a control): it does take over, so its failure above is the wall's
+            control = tpage.context.new_page()
+            control.goto(f"{hub.url}/hub/home")
+            seen["control"] = control.evaluate(TAKEOVER_JS, [hub.url, room.instructor])
+            if seen["control"].get("token"):
+                teacher.s.delete(f"{hub.url}/hub/api/users/{room.instructor}/tokens/"
+                                 + sorted(set(teacher.tokens()) - set(tokens_before))[0], headers=teacher.auth())
+
+            # mallory submits again, then adds to her entry in her inbound (hers: she may write in it) a link to the
             # instructor's solutions; the formgrader's collect takes the newer submission, and refuses it
-            inbound = room.exchange / COURSE / "inbound"
+            inbound = room.volumes.inbound(mallory)
             entries = lambda: [e for e in os.listdir(inbound) if e.startswith(f"{mallory}+{NAME}+")]  # noqa: E731
             press(pages[mallory], "fetched_assignments_list", "Submit")
-            until(lambda: len(entries()) == 2, "mallory's second submission in the inbound")
+            until(lambda: len(entries()) == 2, "mallory's second submission in her inbound")
             entry = max(entries(), key=lambda e: (inbound / e).stat().st_ctime)
-            seen["link"] = as_account(mallory, ["ln", "-s", room.course_dir / "solutions" / NAME / f"{NAME}.ipynb",
-                                                room.exchange / COURSE / "inbound" / entry / "answers.ipynb"])
+            seen["link"] = shell.run(f"ln -s {room.course_dir / 'solutions' / NAME / f'{NAME}.ipynb'} "
+                                     f"'{course / 'inbound' / entry / 'answers.ipynb'}'")
             seen["recollect"] = teacher.post(f"formgrader/api/assignment/{NAME}/collect")["log"]
-            seen["regrade"] = as_account(room.instructor, [room.env("instructor") / "bin" / "python", "-m", "autograder",
-                                                           "grade", ".", "--jobs", "1", "--no-progress"], cwd=room.course_dir)
+            seen["regrade"] = desk.run("python -m autograder grade . --jobs 1 --no-progress", timeout=900)
             seen["rescores"] = {s["student"]: s["score"] for s in teacher.get(f"formgrader/api/submissions/{NAME}").json()}
 
             # feedback, released in the formgrader and fetched in each student's Assignment List
             teacher.post(f"formgrader/api/assignment/{NAME}/generate_feedback")
             teacher.post(f"formgrader/api/assignment/{NAME}/release_feedback")
+
             def fetched(who):
-                return sorted(str(p.relative_to(Path(room.home_base, who))) for p in Path(room.home_base, who, NAME, "feedback").rglob("*.html"))
+                return sorted(str(p.relative_to(room.home(who))) for p in (room.home(who) / NAME / "feedback").rglob("*.html"))
             for who, page in pages.items():
                 press(page, "submitted_assignments_list", "Fetch Feedback")
                 until(lambda: fetched(who), f"{who}'s feedback in their home")
             seen["feedback"] = {who: fetched(who) for who in room.students}
-            seen["feedback_text"] = {who: "".join(Path(room.home_base, who, f).read_text() for f in seen["feedback"][who])
+            seen["feedback_text"] = {who: "".join((room.home(who) / f).read_text() for f in seen["feedback"][who])
                                      for who in room.students}
 
             # as a student: the instructor's formgrader, in the browser and with their own token; their own has none
-            denied = pages[mallory].goto(f"{hub.url}/user/{room.instructor}/formgrader/")
+            denied = pages[mallory].goto(formgrader)
             seen["formgrader_for_student"] = (denied.status, pages[mallory].evaluate("() => document.body.textContent"))
             seen["formgrader_api_for_student"] = students[mallory].get("formgrader/api/submissions/" + NAME, user=room.instructor).status_code
             seen["own_formgrader"] = students[mallory].get("formgrader/api/status").status_code
+
+            # as a student's account, in her terminal: what she can reach, import and run
+            probe = ("import os, sys\nfor p in sys.argv[1:]:\n"
+                     "    try: os.listdir(p) if os.path.isdir(p) else open(p).read(); print('READ', p)\n"
+                     "    except PermissionError: print('DENIED', p)\n"
+                     "    except FileNotFoundError: print('ABSENT', p)\n")
+            students[mallory].put_file("probe.py", probe)
+            secrets = [room.home(ada), room.home(ada) / NAME / f"{NAME}.ipynb", room.course_dir, course / "inbound",
+                       course / "feedback", room.hub_dir / "class.json", room.hub_dir / "jupyterhub.sqlite",
+                       room.course_dir / "gradebook.db", checkout / "solutions_lib" / "__init__.py",
+                       ROOT / "solutions_lib" / "__init__.py", room.volumes.inbound(ada), room.state / "disks"]
+            seen["reach"] = shell.run("python probe.py " + " ".join(f"'{p}'" for p in secrets))
+            seen["import"] = shell.run("python -c 'import solutions_lib'")
+            seen["reveal"] = shell.run("python -c \"from autograder import reveal; reveal('causal_mask')\"")
+            seen["server_env"] = server_env(mallory)
+            seen["cgroup"] = Path(f"/proc/{server_pid(mallory)}/cgroup").read_text()
+            seen["threads"] = shell.run("python -c 'import course_lib, torch; print(torch.get_num_threads())'")
+
             browser.close()
 
-        # as a student's account, with their server's environment (a terminal or a kernel of theirs)
-        probe = ("import os, sys\nfor p in sys.argv[1:]:\n"
-                 "    try: os.listdir(p) if os.path.isdir(p) else open(p).read(); print('READ', p)\n"
-                 "    except PermissionError: print('DENIED', p)\n")
-        seen["reach"] = as_account(mallory, ["python", "-c", probe, Path(room.home_base, ada),
-                                             Path(room.home_base, ada, NAME, f"{NAME}.ipynb"), room.course_dir,
-                                             room.exchange / COURSE / "inbound", room.exchange / COURSE / "feedback",
-                                             room.hub_dir / "class.json"]).stdout
-        seen["import"] = as_account(mallory, ["python", "-c", "import solutions_lib"])
-        seen["reveal"] = as_account(mallory, ["python", "-c", "from autograder import reveal; reveal('causal_mask')"]).stdout
-        seen["server_env"] = server_env(mallory)
-        seen["cgroup"] = Path(f"/proc/{server_pid(mallory)}/cgroup").read_text()
-        seen["threads"] = as_account(mallory, ["python", "-c", "import course_lib, torch; print(torch.get_num_threads())"]).stdout
-        seen["room"] = room
+        shell = students[mallory].terminal()
+        # 4. processes: as many threads as she can start, then whether the machine still forks
+        students[mallory].put_file("threads.py", "import threading, time\nn = 0\ntry:\n    while True:\n"
+                                   "        threading.Thread(target=time.sleep, args=(20,), daemon=True).start()\n        n += 1\n"
+                                   "except RuntimeError as e:\n    print('STOPPED', n, e)\n")
+        seen["nproc"] = shell.run("ulimit -u")
+        seen["threads_attack"] = shell.run("python threads.py & sleep 3; echo forks=$(true && echo yes)", timeout=120)
+        seen["machine_forks"] = subprocess.run(["true"]).returncode == 0 and requests.get(f"{hub.url}/hub/login").ok
+        shell.run("wait")
+
+        # 5. /dev/shm, /tmp and /var/tmp past her memory, then her server stopped and started again
+        seen["fill"] = shell.run("for d in /dev/shm /tmp; do dd if=/dev/zero of=$d/fill bs=1M count=700 2>&1 | grep -E 'No space|bytes'; "
+                                 "done; df -B1 --output=size,target /var/tmp | tail -1", timeout=300)
+        uid = pwd.getpwnam(mallory).pw_uid
+        seen["host_scratch"] = owned_by(uid, ("/tmp", "/dev/shm", "/var/tmp"), apart=top)  # top: the class's own
+        namespace = os.stat(f"/proc/{server_pid(mallory)}/ns/mnt").st_ino
+        shell.run("rm /tmp/fill")  # room for a kernel's files; /dev/shm stays full until her server stops
+
+        # 6. processes that try to outlive her server: setsid, nohup, double-forked daemons, a restarted kernel
+        students[mallory].put_file("daemons.py", "import os, time\nfor i in range(100):\n    if os.fork() == 0:\n"
+                                   "        os.setsid()\n        if os.fork():\n            os._exit(0)\n"
+                                   "        time.sleep(1000)\n")
+        kernel = students[mallory].s.post(hub.server(mallory) + "api/kernels", headers=students[mallory].auth(),
+                                          json={"name": "python3"})
+        assert kernel.ok, kernel.text[:500]
+        restarted = students[mallory].s.post(hub.server(mallory) + f"api/kernels/{kernel.json()['id']}/restart",
+                                             headers=students[mallory].auth())
+        assert restarted.ok, restarted.text[:500]
+        seen["spawned"] = shell.run("for i in $(seq 20); do setsid nohup sleep 1000 >/dev/null 2>&1 & done; "
+                                    "python daemons.py; nohup sh -c 'while :; do sleep 1000 & sleep 5; done' >/dev/null 2>&1 & "
+                                    "sleep 2; ps -e --no-headers | wc -l")
+        seen["alive_before_stop"] = len(processes_of([mallory]).splitlines())
+        hers = [Path("/sys/fs/cgroup", c, path.lstrip("/")) for _, c, path in (line.split(":", 2) for line in Path(
+            f"/proc/{server_pid(mallory)}/cgroup").read_text().split()) if path.startswith("/seqcourse-hub-")]
+        stopped_at = time.monotonic()
+        students[mallory].stop()
+        until(lambda: not processes_of([mallory]), "every process of hers to end")
+        seen["ended_in"] = time.monotonic() - stopped_at
+        seen["namespace_left"] = [p for p in map(str, Path("/proc").iterdir()) if p.split("/")[-1].isdigit() and
+                                  _ns(p) == namespace]
+        seen["her_cgroups"] = (len(hers), [str(g) for g in hers if g.exists()])
+        students[mallory].start()
+        shell = students[mallory].terminal()
+        seen["scratch_again"] = shell.run("ls -A /tmp /dev/shm /var/tmp")
+
+        # 7. the disk: her home, then her inbound, past --disk
+        seen["disk_home"] = shell.run("dd if=/dev/zero of=~/fill bs=1M count=400 2>&1 | tail -1", timeout=300)
+        seen["disk_inbound"] = shell.run(f"mkdir '{course}/inbound/{mallory}+x+1+y' && dd if=/dev/zero "
+                                         f"of='{course}/inbound/{mallory}+x+1+y/fill' bs=1M count=100 2>&1 | tail -1")
+        seen["disk_image"] = room.volumes.image(mallory).stat().st_blocks * 512
+        shell.run(f"rm -rf ~/fill '{course}/inbound/{mallory}+x+1+y'")
+
+        # 3. the checkout, from the make hub's own start: refused while other accounts could read it
+        seen["room"], seen["port"] = room, hub.port
+        seen["ada_after"] = (students[ada].get("api/status").status_code,
+                             {s["student"]: s["score"] for s in teacher.get(f"formgrader/api/submissions/{NAME}").json()})
         left, cgroups = hub.stop()
         seen["left"], seen["cgroups"] = left, cgroups
         seen["log"] = hub.log.read_text()
-        # started again: the same accounts, environments and course, with its grades
-        seen["again"] = subprocess.run([sys.executable, "-m", "autograder.hub", "--state", hub.state, "--prefix", room.instructor.split("-")[0] + "-",
-                                        "--students", "2", "--home-base", top / "home", "--prepare-only"],
-                                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+        # started again: the same accounts, environments, disks and course, with its grades
+        seen["again"] = subprocess.run(hub.command("--prepare-only"), cwd=checkout, capture_output=True, text=True, timeout=600)
         seen["kept_grades"] = (room.course_dir / "gradebook.db").exists() and (room.course_dir / "grades.csv").exists()
+        # an exchange course folder a student made (an earlier class's exchange was open to all) stops the class
+        os.chown(course / "outbound", uid, uid)
+        seen["foreign_course"] = subprocess.run(hub.command("--prepare-only"), cwd=checkout, capture_output=True,
+                                                text=True, timeout=600)
+        teacher_pw = pwd.getpwnam(room.instructor)
+        os.chown(course / "outbound", teacher_pw.pw_uid, teacher_pw.pw_gid)
+        # and a checkout others can read
+        os.chmod(private, 0o755)
+        seen["readable_checkout"] = subprocess.run(hub.command("--prepare-only"), cwd=checkout, capture_output=True,
+                                                   text=True, timeout=600)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)  # what each attack got, for a person to read (no token's value)
+        (ARTIFACTS / "attacks.json").write_text(json.dumps({k: redacted(seen[k]) for k in (
+            "click", "control", "tokens_added", "exchange_attack", "nproc", "threads_attack", "fill", "host_scratch",
+            "namespace_left", "alive_before_stop", "ended_in", "her_cgroups", "disk_home", "disk_inbound", "disk_image")},
+            indent=1, default=str))
         yield seen
     finally:
+        socket.getaddrinfo = resolve
         if hub is not None:
             if hub.proc.poll() is None:
                 hub.stop()
             classroom.remove(classroom.Classroom.load(hub.state), say=lambda *_: None)
         shutil.rmtree(top, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def redacted(value):
+    return {k: ("(a token)" if k in ("token", "xsrf") and v else v) for k, v in value.items()} if isinstance(value, dict) else value
+
+
+def exchange_owners(room):
+    """Every entry of the exchange's top and course folders: its owner and mode."""
+    found = {}
+    for path in [room.exchange, *room.exchange.rglob("*")]:
+        st = path.lstat()
+        found[str(path.relative_to(room.exchange))] = (pwd.getpwuid(st.st_uid).pw_name, oct(st.st_mode & 0o7777))
+    return found
+
+
+def server_env(user):
+    """The environment the hub gave `user`'s server, read from its process: what their terminal and kernels get."""
+    raw = Path(f"/proc/{server_pid(user)}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def server_pid(user):
+    return subprocess.run(["pgrep", "-u", user, "-f", "bin/jupyterhub-singleuser"], capture_output=True, text=True).stdout.split()[-1]
+
+
+def owned_by(uid, roots, apart):
+    """The files and folders under `roots`, but not under `apart`, that `uid` owns."""
+    found = []
+    for root in roots:
+        for folder, dirs, files in os.walk(root, onerror=lambda e: None):
+            dirs[:] = [d for d in dirs if Path(folder, d) != apart]
+            for name in dirs + files:
+                try:
+                    if os.lstat(os.path.join(folder, name)).st_uid == uid:
+                        found.append(os.path.join(folder, name))
+                except OSError:
+                    pass
+    return found
+
+
+def _ns(proc):
+    try:
+        return os.stat(f"{proc}/ns/mnt").st_ino
+    except OSError:
+        return None
+
+
+def click_her_link(tpage, hub, room, submission):
+    """The instructor, in the formgrader, clicks the link in mallory's submission; then the takeover script runs on
+    the page it opened (her origin: whatever her server serves there, it serves in that origin)."""
+    tpage.goto(hub.server(room.instructor) + f"formgrader/submissions/{submission}/")
+    page = tpage
+    with page.expect_navigation():
+        page.locator("a", has_text="see my attention heatmap").first.click()
+    page.wait_for_load_state("load")
+    seen = {"url": page.url, "origin": page.evaluate("() => location.origin"), "text": page.evaluate("() => document.body.textContent")}
+    seen |= page.evaluate(TAKEOVER_JS, [hub.url, room.instructor])
+    seen["sent_to_her"] = [{"name": c["name"], "domain": c["domain"]} for c in page.context.cookies(page.url)]
+    shot(page, "instructor-opens-her-link.png")
+    return seen
 
 
 def visit(page, url):
@@ -335,7 +602,15 @@ def visit(page, url):
     return seen
 
 
-def test_the_instructor_releases_through_the_formgrader_into_an_exchange_students_cannot_list(term):
+# --- the honest class
+
+
+def test_make_hub_makes_the_exchange_the_instructor_s_before_anyone_logs_in(term):
+    room, owners = term["room"], term["exchange_at_start"]
+    assert set(owners) == {".", COURSE, *(f"{COURSE}/{n}" for n in EXCHANGE_MODES if n)}, owners
+    assert all(who == room.instructor for who, _ in owners.values()), owners
+    assert {k: mode for k, (_, mode) in owners.items()} == {".": "0o755", **{
+        f"{COURSE}/{n}" if n else COURSE: oct(m) for n, m in EXCHANGE_MODES.items()}}
     assert "Released as: seqcourse 05_self_attention" in term["release"]
     assert term["inbound_mode"] == "0o3733"
 
@@ -343,15 +618,24 @@ def test_the_instructor_releases_through_the_formgrader_into_an_exchange_student
 def test_students_fetch_and_submit_in_the_assignment_list_and_grade_scores_them(term):
     room = term["room"]
     ada, mallory = room.students
-    assert term["grade"].returncode == 0, term["grade"].stdout[-3000:] + term["grade"].stderr[-3000:]
+    assert "Collecting submission: " + ada in term["collect"] and "Collecting submission: " + mallory in term["collect"]
     assert term["scores"] == {ada: FULL, mallory: 0}
     assert term["autograde_button"] == "Success" and term["rescored"][ada] == FULL  # the formgrader's button agrees
 
-def test_a_link_planted_in_the_exchange_is_refused_at_collect(term):
+
+def test_the_instructor_grades_in_a_jupyterlab_terminal_as_the_readme_says(term):
+    room = term["room"]
+    tools, status = term["instructor_tools"]
+    assert status == 0 and str(room.env("instructor") / "bin" / "nbgrader") in tools, tools
+    out, status = term["grade"]
+    assert status == 0 and "graded" in out.lower(), out[-3000:]
+
+
+def test_a_link_planted_in_her_inbound_is_refused_at_collect(term):
     room = term["room"]
     mallory = room.students[1]
-    assert term["link"].returncode == 0, term["link"].stderr
-    assert term["regrade"].returncode == 0, term["regrade"].stdout[-3000:] + term["regrade"].stderr[-3000:]
+    assert term["link"][1] == 0, term["link"]
+    assert term["regrade"][1] == 0, term["regrade"][0][-3000:]
     assert term["rescores"][mallory] == 0
     reason = next(p["reason"] for p in read_problems(room.course_dir) if p["student_id"] == mallory)
     assert "nbgrader collect refused this submission: 'answers.ipynb' is a link" in reason, reason
@@ -376,30 +660,109 @@ def test_a_student_reaches_neither_the_formgrader_nor_a_classmate_nor_the_refere
     assert status == 403, (status, text[:500])
     assert term["formgrader_api_for_student"] == 403
     assert term["own_formgrader"] == 404  # the student's own server has no formgrader
-    reach = term["reach"].splitlines()
-    assert reach and all(line.startswith("DENIED") for line in reach), reach
-    assert term["import"].returncode != 0 and "No module named 'solutions_lib'" in term["import"].stderr
-    assert "not part of this course's student distribution" in term["reveal"]
+    reach, _ = term["reach"]
+    lines = reach.split()
+    assert lines and all(word in ("DENIED", "ABSENT") for word in lines[::2]), reach
+    out, status = term["import"]
+    assert status != 0 and "No module named 'solutions_lib'" in out
+    assert "not part of this course's student distribution" in term["reveal"][0]
     env = term["server_env"]
     assert env["PATH"].startswith(str(room.env("student"))) and "PYTHONPATH" not in env
+    assert env["JUPYTERHUB_DISABLE_USER_CONFIG"] == "1"  # her ~/.jupyter configures nothing of her server
 
 
-def test_each_server_runs_under_its_cpu_and_memory_limits(term):
+def test_each_server_runs_under_its_cpu_memory_and_process_limits(term):
     groups = {line.split(":")[1]: line.split(":")[2] for line in term["cgroup"].splitlines()}
-    assert groups["cpu"].startswith("/seqcourse-hub-") and groups["memory"].startswith("/seqcourse-hub-"), groups
-    said, threads = term["threads"].strip().rsplit("\n", 1)  # the course reads the quota: one thread for a 1-CPU server
-    assert threads == "1" and "PyTorch threads: 1 instead of" in said and "cgroup quota" in said, term["threads"]
+    for controller in ("cpu", "memory", "pids", "freezer"):
+        assert groups[controller].startswith("/seqcourse-hub-"), groups
+    out, _ = term["threads"]  # the course reads the quota in her wall: one thread for a 1-CPU server
+    said, threads = out.strip().rsplit("\n", 1)
+    assert threads == "1" and "PyTorch threads: 1 instead of" in said and "cgroup quota" in said, out
 
 
 def test_ctrl_c_stops_the_hub_and_every_server(term):
     assert term["left"] == "" and term["cgroups"] == [], (term["left"], term["cgroups"])
     assert "The hub and every server it started have stopped." in term["log"]
+    assert "could not be removed" not in term["log"] and "would not end" not in term["log"]
 
 
-def test_started_again_it_reuses_the_accounts_the_environments_and_the_course(term):
+def test_started_again_it_reuses_the_accounts_the_environments_the_disks_and_the_course(term):
     again = term["again"]
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "made the Unix account" not in again.stdout and "installing" not in again.stdout and "copying" not in again.stdout
+    for fresh in ("made the Unix account", "installing", "copying", "disk ("):
+        assert fresh not in again.stdout, again.stdout
     room = term["room"]
     assert all(f"{user}" in again.stdout and room.passwords[user] in again.stdout for user in room.users)
     assert term["kept_grades"]
+
+
+# --- the seven attacks of issue 47, each from the hostile student's own terminal
+
+
+def test_1_a_page_of_her_server_cannot_act_in_the_hub_s_or_the_instructor_s_origin(term):
+    room, click, control = term["room"], term["click"], term["control"]
+    mallory = room.students[1]
+    assert click["origin"] == f"http://{mallory}.localhost:{term['port']}", click  # the link opened in her own origin
+    assert "my heatmap" not in click["text"]  # and her ~/.jupyter did not make her server serve her page
+    assert click["xsrf"] is None and click["token"] is None and click["token_status"] != 201, click
+    # no cookie of the hub's or the instructor's server goes to her server, in this browser that holds them all
+    assert all(c["domain"] == f"{mallory}.localhost" for c in click["sent_to_her"]), click["sent_to_her"]
+    assert term["tokens_added"] == []
+    # the control: the same script in the hub's origin takes the instructor's token, as it did on one origin
+    assert control["xsrf"] and control["token_status"] == 201 and control["token"], control
+
+
+def test_2_the_exchange_cannot_be_taken_or_changed_by_a_student(term):
+    room = term["room"]
+    out, _ = term["exchange_attack"]
+    assert out.count("Read-only file system") == 3 and "Permission denied" in out, out
+    before, after = term["exchange_at_start"], term["exchange_after"]
+    released = {k: v for k, v in after.items() if k not in before}
+    assert all(k.startswith(f"{COURSE}/outbound/{NAME}") for k in released), released
+    assert all(who == room.instructor for who, _ in after.values()), after
+    assert COURSE + "2" not in after
+    refused = term["foreign_course"]
+    assert refused.returncode != 0 and f"belongs to {room.students[1]}, not the instructor" in refused.stderr, refused.stderr
+    assert f"rm -r {room.exchange / COURSE}" in refused.stderr
+
+
+def test_3_the_instructor_s_checkout_is_out_of_her_reach_and_make_hub_refuses_one_others_can_read(term):
+    reach, _ = term["reach"]
+    assert "ABSENT " + str(ROOT / "solutions_lib" / "__init__.py") in reach, reach  # the tests' own checkout
+    refused = term["readable_checkout"]
+    assert refused.returncode != 0 and "other accounts on this machine can read" in refused.stderr, refused.stderr
+    assert "chmod -R go-rwx" in refused.stderr
+
+
+def test_4_her_threads_stop_at_her_process_limit_and_the_machine_still_forks(term):
+    assert term["nproc"][0].strip() == str(PIDS)
+    out, _ = term["threads_attack"]
+    stopped = re.search(r"STOPPED (\d+)", out)
+    assert stopped and int(stopped.group(1)) < PIDS, out
+    assert term["machine_forks"]
+
+
+def test_5_her_tmp_and_shm_stop_at_their_size_and_are_gone_with_her_server(term):
+    out, _ = term["fill"]
+    assert out.count("No space left on device") == 2, out
+    written = [int(n) for n in re.findall(r"(\d+) bytes", out)]
+    assert len(written) == 2 and all(TMPFS - 2**20 <= n <= TMPFS for n in written), out  # each stops at a quarter of --mem
+    assert out.split()[-2:] == [str(TMPFS), "/var/tmp"], out
+    assert term["host_scratch"] == []  # nothing of hers in the machine's /tmp, /var/tmp or /dev/shm
+    assert term["namespace_left"] == []  # the mount namespace that held them, and so their memory, is gone
+    listed, _ = term["scratch_again"]
+    assert "fill" not in listed, listed
+
+
+def test_6_every_process_she_started_ends_with_her_server(term):
+    assert term["alive_before_stop"] > 100, term["spawned"]
+    assert term["ended_in"] < 60
+    assert term["her_cgroups"] == (4, [])  # her cpu, memory, pids and freezer groups, all removed
+    assert "could not be removed" not in term["log"]
+
+
+def test_7_her_home_and_her_submissions_stop_at_her_disk(term):
+    home, inbound = term["disk_home"][0], term["disk_inbound"][0]
+    in_home, in_inbound = (int(re.search(r"(\d+) bytes", text).group(1)) for text in (home, inbound))
+    assert 0 < in_home < DISK and in_home + in_inbound < DISK, (home, inbound)
+    assert term["disk_image"] <= DISK  # what the machine's disk holds of hers

@@ -1,0 +1,156 @@
+"""Each student's disk: a file system of its own and of a fixed size, holding all she can store that outlives her server.
+
+    STATE/disks/NAME.img    an ext4 image of --disk bytes, sparse: it takes on the machine's disk what she stores
+    STATE/volumes/NAME      where it is mounted (nosuid, nodev), root's, holding
+        home/               her home (hers, 0700), mounted again at her account's home, where her server sees it
+        inbound/            her inbound: what her server sees as the exchange's inbound folder (the instructor's, 3733)
+
+So her home and her submissions together stop at --disk, whatever she writes; her /tmp, /var/tmp and /dev/shm are
+in her memory (autograder/hub/wall.py). Nothing of hers is on the file system of the hub's database, the gradebook
+or the instructor's home. The kernel here has no disk quotas (CONFIG_QUOTA), which would bound a user on a shared
+file system; an image a student is the one way to bound her that every Linux offers to root. Where the machine lends
+no loop device (a container), her volume is a plain folder, her disk is not limited, and `make hub` says so.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+from pathlib import Path
+
+UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+class DiskError(Exception):
+    """What stops a student's disk from being made or mounted, said so that the person running make hub can act."""
+
+
+def parse_size(text):
+    """'2G', '512M', '1073741824' as bytes, as JupyterHub reads mem_limit."""
+    text = str(text).strip().upper().removesuffix("B")
+    number, unit = (text[:-1], text[-1]) if text[-1:] in UNITS and text[-1:] else (text, "")
+    try:
+        value = float(number) * UNITS[unit]
+    except (ValueError, KeyError):
+        raise DiskError(f"{text!r} is not a size: write it as 2G, 512M or a number of bytes") from None
+    if value <= 0:
+        raise DiskError(f"{text!r} is not a size above zero")
+    return int(value)
+
+
+def shown(size):
+    for unit in ("T", "G", "M", "K"):
+        if size >= UNITS[unit] and size % UNITS[unit] == 0:
+            return f"{size // UNITS[unit]}{unit}"
+    return f"{size} bytes"
+
+
+def can_limit():
+    """'' where this machine can give each student a disk of its own (root, loop devices, mkfs.ext4); else why not."""
+    if os.geteuid() != 0:
+        return "only root can mount a disk a student"
+    for tool in ("mkfs.ext4", "losetup", "mount", "umount"):
+        if not shutil.which(tool):
+            return f"`{tool}` is not installed (Debian: e2fsprogs, mount)"
+    if not Path("/dev/loop-control").exists():
+        return "this machine lends no loop device (/dev/loop-control; a container usually does not)"
+    return ""
+
+
+class Volumes:
+    """The students' disks of a class: `root` holds the images and their mount points."""
+
+    def __init__(self, state):
+        self.images, self.mounts = Path(state, "disks"), Path(state, "volumes")
+
+    def volume(self, student):
+        return self.mounts / student
+
+    def home(self, student):
+        return self.volume(student) / "home"
+
+    def inbound(self, student):
+        return self.volume(student) / "inbound"
+
+    def image(self, student):
+        return self.images / f"{student}.img"
+
+    def limited(self, student):
+        return os.path.ismount(self.volume(student))
+
+    def room_needed(self, students, size):
+        """Bytes the images of `students` may still take on the state's file system when every one fills up."""
+        return sum(size - (self.image(s).stat().st_blocks * 512 if self.image(s).exists() else 0) for s in students)
+
+    def prepare(self, students, size, home_of, owner_of_inbound, say=print):
+        """Each student's disk made (the first time), mounted, and her home and inbound on it; her account's home
+        (`home_of(student)`) made the mount point of her volume's home. Returns '' or why disks are not limited."""
+        why = can_limit()
+        for folder in (self.images, self.mounts):
+            folder.mkdir(parents=True, exist_ok=True)
+            os.chown(folder, 0, 0)
+        os.chmod(self.images, 0o700)
+        os.chmod(self.mounts, 0o755)
+        if not why:
+            free = shutil.disk_usage(self.images).free
+            needed = self.room_needed(students, size)
+            if needed > free:
+                raise DiskError(f"{len(students)} students' disks of {shown(size)} each may take {needed / 2**30:.1f} GB more "
+                                f"of {self.images}'s file system, which has {free / 2**30:.1f} GB free: students who filled "
+                                "their disks would fill this machine's. Give a smaller --disk, or a --state on a larger disk")
+        for student in students:
+            volume = self.volume(student)
+            volume.mkdir(exist_ok=True)
+            if why and self.image(student).exists():
+                raise DiskError(f"{student}'s disk {self.image(student)} holds her files and cannot be mounted: {why}")
+            if not why and not self.limited(student):
+                self._mount(student, size, say)
+            os.chown(volume, 0, 0)
+            os.chmod(volume, 0o755)
+            self._folders(student, home_of(student), owner_of_inbound)
+        return why
+
+    def _mount(self, student, size, say):
+        image = self.image(student)
+        if not image.exists():
+            say(f"making {student}'s disk ({shown(size)}, {image})")
+            with open(image, "wb") as f:
+                f.truncate(size)
+            os.chmod(image, 0o600)
+            _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "root_owner=0:0", "-L", student[:16], str(image)])
+        _run(["mount", "-o", "loop,nosuid,nodev", str(image), str(self.volume(student))])
+
+    def _folders(self, student, home, owner_of_inbound):
+        pw = pwd.getpwnam(student)
+        mine, home = self.home(student), Path(home)
+        if not mine.exists():
+            mine.mkdir()
+            if home.is_dir() and not os.path.ismount(home):  # what useradd put there (/etc/skel), or an earlier class's files
+                _run(["cp", "-a", "--no-target-directory", str(home), str(mine)])
+        os.chown(mine, pw.pw_uid, pw.pw_gid)
+        os.chmod(mine, 0o700)
+        inbound = self.inbound(student)
+        inbound.mkdir(exist_ok=True)
+        uid, gid = owner_of_inbound
+        os.chown(inbound, uid, gid)
+        os.chmod(inbound, 0o3733)  # autograder.grading.exchange.INBOUND_MODE: she may add, not list
+        home.mkdir(parents=True, exist_ok=True)
+        if not os.path.ismount(home):
+            _run(["mount", "--bind", str(mine), str(home)])
+
+    def unmount(self, students, home_of):
+        """Every student's home and volume unmounted (the tests' clean-up, before the accounts go)."""
+        for student in students:
+            for path in (Path(home_of(student)), self.volume(student)):
+                for _ in range(3):
+                    if not os.path.ismount(path):
+                        break
+                    subprocess.run(["umount", "--lazy", str(path)], capture_output=True)
+
+
+def _run(cmd):
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise DiskError(f"{' '.join(cmd)} failed ({done.returncode}): {(done.stdout + done.stderr).strip()[-1000:]}")
+    return done
