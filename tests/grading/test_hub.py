@@ -295,6 +295,9 @@ TAKEOVER_JS = """async ([hub, teacher]) => {
     got.token_status = made.status;
     got.token = (await made.json()).token || null;
   } catch (e) { got.token_status = 'refused: ' + e; got.token = null; }
+  // and cookie tossing: cookies for the hub's host, which would stand in for the instructor's own
+  document.cookie = '_xsrf=tossed; domain=localhost; path=/hub/';
+  document.cookie = 'jupyterhub-session-id=tossed; domain=localhost; path=/';
   got.cookies = document.cookie;
   return got;
 }"""
@@ -585,6 +588,7 @@ def click_her_link(tpage, hub, room, submission):
     seen = {"url": page.url, "origin": page.evaluate("() => location.origin"), "text": page.evaluate("() => document.body.textContent")}
     seen |= page.evaluate(TAKEOVER_JS, [hub.url, room.instructor])
     seen["sent_to_her"] = [{"name": c["name"], "domain": c["domain"]} for c in page.context.cookies(page.url)]
+    seen["tossed"] = [c["name"] for c in page.context.cookies(hub.url + "/hub/") if c["value"] == "tossed"]
     shot(page, "instructor-opens-her-link.png")
     return seen
 
@@ -708,6 +712,7 @@ def test_1_a_page_of_her_server_cannot_act_in_the_hub_s_or_the_instructor_s_orig
     # no cookie of the hub's or the instructor's server goes to her server, in this browser that holds them all
     assert all(c["domain"] == f"{mallory}.localhost" for c in click["sent_to_her"]), click["sent_to_her"]
     assert term["tokens_added"] == []
+    assert click["tossed"] == []  # a cookie she sets for localhost does not reach the hub: her host is a site of its own
     # the control: the same script in the hub's origin takes the instructor's token, as it did on one origin
     assert control["xsrf"] and control["token_status"] == 201 and control["token"], control
 
