@@ -163,3 +163,11 @@ def test_a_student_s_wall_shows_her_home_and_inbound_writable_and_the_class_s_st
     assert str(room.exchange / classroom.COURSE / "outbound") in shown and str(room.env("student")) in shown
     sizes = {argv[i + 3]: int(argv[i + 1]) for i in range(len(argv) - 3) if argv[i] == "--size" and argv[i + 2] == "--tmpfs"}
     assert sizes == {"/tmp": 512 << 20, "/var/tmp": 512 << 20, "/dev/shm": 512 << 20, str(room.exchange): wall.EXCHANGE_TMPFS}
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("bwrap"), reason="starting a server as another account needs root")
+def test_make_hub_finds_out_before_the_class_starts_whether_a_student_s_server_can_be_walled(monkeypatch):
+    nobody = __import__("pwd").getpwuid(65534).pw_name
+    assert wall.problem(nobody) == ""  # this machine can: CI's and a class's
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert "bubblewrap could not start as" in wall.problem(nobody)

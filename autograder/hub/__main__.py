@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from autograder.hub import cgroups, classroom
+from autograder.hub import cgroups, classroom, wall
 from autograder.hub.disks import DiskError, parse_size, shown
 from autograder.hub.spawner import TRIAL
 
@@ -130,6 +130,9 @@ def main(argv=None):
         room = classroom.prepare(args.state, args.students, args.prefix, args.home_base, disk=args.disk_bytes)
     except classroom.ClassError as e:
         sys.exit(f"make hub: {e}")
+    walled = wall.problem(room.students[0])
+    if walled:
+        sys.exit(f"make hub: {walled}")
     print(logins(room, args.port), flush=True)
     print("\n" + walls(room, args), flush=True)
     if args.prepare_only:

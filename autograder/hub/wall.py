@@ -18,7 +18,9 @@ nothing of the hub's or anyone else's.
 """
 from __future__ import annotations
 
+import os
 import pwd
+import subprocess
 from pathlib import Path
 
 from autograder.grading.sandbox import CGROUPS, SYSTEM, read_only
@@ -64,3 +66,24 @@ def _python_home(env):
     prefix = Path(home).resolve().parent if home else None
     return [prefix] if prefix and Path("/usr") not in [prefix, *prefix.parents] else []
 
+
+
+def problem(student):
+    """'' when bubblewrap can wall a server started as `student` here; else what stops it and how to mend it. A
+    student's server is started as her account, so its wall needs user namespaces that unprivileged users may make."""
+    pw = pwd.getpwnam(student)
+
+    def become():
+        os.setgid(pw.pw_gid)
+        os.setgroups([])
+        os.setuid(pw.pw_uid)
+    try:
+        done = subprocess.run(["bwrap", "--unshare-pid", "--die-with-parent", *read_only(SYSTEM)[0], "--proc", "/proc",
+                               "--", "true"], preexec_fn=become, capture_output=True, text=True, timeout=60, cwd="/")
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"bubblewrap could not start as {student} ({e})"
+    if done.returncode == 0:
+        return ""
+    why = (done.stderr.strip().splitlines() or ["no message"])[-1]
+    return (f"bubblewrap could not wall a server started as {student} ({why}): unprivileged user namespaces may be off "
+            "(sysctl kernel.unprivileged_userns_clone=1; on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0)")

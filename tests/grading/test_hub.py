@@ -767,6 +767,7 @@ def test_6_every_process_she_started_ends_with_her_server(term):
 
 
 def test_7_her_home_and_her_submissions_stop_at_her_disk(term):
+    assert not term["room"].disk_note, f"this machine cannot give a student a disk of her own: {term['room'].disk_note}"
     home, inbound = term["disk_home"][0], term["disk_inbound"][0]
     in_home, in_inbound = (int(re.search(r"(\d+) bytes", text).group(1)) for text in (home, inbound))
     assert 0 < in_home < DISK and in_home + in_inbound < DISK, (home, inbound)
