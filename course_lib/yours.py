@@ -97,7 +97,8 @@ class _Finder:
             for dep in needed:
                 r = results.get(dep)
                 if not r or r.get("status") != "passed":
-                    state = "not run yet" if r is None else r.get("status", "?")
+                    state = (f"not run yet in the saved {path.name}: run its check cell there and save the notebook "
+                             "(`python -m autograder check` saves nothing)") if r is None else r.get("status", "?")
                     raise NotYours(f"{ex.notebook[:2]}: the check of {dep} has not passed, {state}")
             self.loaded[name] = self.run(nb, needed, name, path)
         return self.loaded[name], ex.notebook

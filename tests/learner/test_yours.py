@@ -72,7 +72,8 @@ def test_the_state_of_the_random_numbers_is_left_as_it_was(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("status, broken, reason", [
     ({"Decoder": "failed"}, None, "07: the check of Decoder has not passed, failed"),
-    ({"Transformer": None}, None, "07: the check of Transformer has not passed, not run yet"),
+    ({"Transformer": None}, None, "07: the check of Transformer has not passed, not run yet in the saved "
+                                  "07_transformer_architecture.ipynb: run its check cell there and save the notebook"),
     (None, {"Encoder": "class Encoder(nn.Module):\n    def __init__(self, d_model):\n        super().__init__(\n"},
      "running 07_transformer_architecture.ipynb failed: SyntaxError"),
 ])
