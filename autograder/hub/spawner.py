@@ -76,14 +76,14 @@ class ClassSpawner(LocalProcessSpawner):
         server = str(room.env(role) / "bin" / "jupyterhub-singleuser")
         self.notebook_dir = str(room.course_dir) if role == "instructor" else ""
         self.default_url = "/lab"
-        self.cgroups = []
+        self.cgroups, self.nproc = [], None
         # a student's server reads no configuration from her home (JupyterHub's own switch): her JupyterLab settings
         # stay hers, but what her server serves and loads is the class's
         self.disable_user_config = role == "student"
         if role == "student":  # the instructor grades: J sandboxes of their own, each with its own limits
             if not room.disk_note and not room.volumes.limited(self.user.name):
                 raise RuntimeError(f"{self.user.name}'s disk is not mounted: run make hub again, which mounts it")
-            self.cgroups = self._limits()
+            self.cgroups, self.nproc = self._limits(), self.pids_limit
             self.cmd = [*wall.argv(room, self.user.name, self.cgroups, self.mem_limit), server]
         else:
             self.cmd = [server]
@@ -102,8 +102,7 @@ class ClassSpawner(LocalProcessSpawner):
 
     def make_preexec_fn(self, name):
         become = super().make_preexec_fn(name)
-        groups, folder = list(getattr(self, "cgroups", [])), self.notebook_dir
-        nproc = self.pids_limit if groups else None
+        groups, folder, nproc = list(getattr(self, "cgroups", [])), self.notebook_dir, getattr(self, "nproc", None)
 
         def preexec():  # in the child, still root: join the limits, then become the user
             for group in groups:
