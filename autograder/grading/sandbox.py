@@ -52,6 +52,8 @@ PASSED_ON = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TZ")  # from the grader's en
 ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "fonts", "ssl", "alternatives")
 GRADING, SUBMISSION, TMP = Path("/grading"), Path("/submission"), Path("/tmp")  # inside the sandbox
 SHM_BYTES = 16 * 2**20  # /dev/shm (POSIX semaphores, shared memory); the rest of /dev is read-only
+USERNS_OFF = ("unprivileged user namespaces may be off (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu also "
+              "kernel.apparmor_restrict_unprivileged_userns=0)")
 INFO_FD = "{info_fd}"  # in the kernel's command until it is launched with the pipe bwrap reports on
 
 
@@ -83,8 +85,7 @@ def _probe():
             why = "" if done.returncode == 0 else (done.stderr.strip().splitlines() or ["no message"])[-1]
         except (OSError, subprocess.TimeoutExpired) as e:
             why = str(e)
-    return why and (f"bubblewrap could not start a sandbox ({why}); unprivileged user namespaces may be off (sysctl "
-                    f"kernel.unprivileged_userns_clone=1; on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0), {unsafe}")
+    return why and f"bubblewrap could not start a sandbox ({why}); {USERNS_OFF}, {unsafe}"
 
 
 def require():

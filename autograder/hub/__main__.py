@@ -12,12 +12,10 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
-import pwd
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from autograder.hub import cgroups, classroom, wall
@@ -92,27 +90,8 @@ def leftovers(hub_pid, room):
     """After the hub: every process still in a cgroup it made, or of a student's account, killed; the groups
     removed. Returns what could not be ended, each in a line."""
     left = [f"the cgroup {group} could not be removed: {n} processes are still in it" for group, n in cgroups.leftovers(hub_pid)]
-    uids = {pwd.getpwnam(s).pw_uid for s in room.students}
-    for _ in range(20):
-        alive = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if _uid(pid) in uids]
-        if not alive:
-            break
-        for pid in alive:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.1)
-    else:
-        left.append(f"{len(alive)} processes of the students' accounts would not end: {alive[:10]}")
-    return left
-
-
-def _uid(pid):
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
+    alive = classroom.end_processes(room.students)
+    return left + ([f"{len(alive)} processes of the students' accounts would not end: {' '.join(alive[:10])}"] if alive else [])
 
 
 def stop_with_parent():

@@ -402,6 +402,19 @@ def _run(cmd, cwd=None):
     return done
 
 
+def end_processes(users, tries=20):
+    """Every process of these accounts killed (again, for a fork that outran a round); the pids still alive after
+    `tries` rounds, [] when none is."""
+    names = ",".join(users)
+    for _ in range(tries):
+        alive = subprocess.run(["pgrep", "-u", names], capture_output=True, text=True).stdout.split()
+        if not alive:
+            return []
+        subprocess.run(["pkill", "-KILL", "-u", names], capture_output=True)
+        time.sleep(0.1)
+    return subprocess.run(["pgrep", "-u", names], capture_output=True, text=True).stdout.split()
+
+
 def remove(room, say=print):
     """Remove the class's accounts, disks and homes and its state (the tests' clean-up; `make hub` keeps them)."""
     present = [u for u in room.students if _class_account(u)]
@@ -410,7 +423,7 @@ def remove(room, say=print):
         if not _class_account(user):
             continue
         for _ in range(20):  # userdel refuses an account with a process still running
-            subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
+            end_processes([user], tries=1)
             if subprocess.run(["userdel", "--remove", user], capture_output=True).returncode in (0, 6):
                 break
             time.sleep(0.25)

@@ -23,7 +23,7 @@ import pwd
 import subprocess
 from pathlib import Path
 
-from autograder.grading.sandbox import CGROUPS, SYSTEM, read_only
+from autograder.grading.sandbox import CGROUPS, SYSTEM, USERNS_OFF, read_only
 from autograder.hub.classroom import COURSE
 
 EXCHANGE_TMPFS = 2**20  # the exchange's top folder as her server sees it: hers, in memory, nearly empty
@@ -85,5 +85,4 @@ def problem(student):
     if done.returncode == 0:
         return ""
     why = (done.stderr.strip().splitlines() or ["no message"])[-1]
-    return (f"bubblewrap could not wall a server started as {student} ({why}): unprivileged user namespaces may be off "
-            "(sysctl kernel.unprivileged_userns_clone=1; on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0)")
+    return f"bubblewrap could not wall a server started as {student} ({why}): {USERNS_OFF}"

@@ -36,7 +36,7 @@ import requests
 
 from autograder import registry
 from autograder.grading.grade import read_problems
-from autograder.hub import classroom, client
+from autograder.hub import cgroups, classroom, client
 from autograder.hub.classroom import COURSE, EXCHANGE_MODES
 from autograder.release import fill_submission
 from conftest import ROOT, clone
@@ -110,7 +110,7 @@ def processes_of(users):
 
 
 def cgroups_left():
-    return [p.name for c in ("cpu", "memory", "pids", "freezer") for p in Path("/sys/fs/cgroup", c).glob("seqcourse-hub-*")]
+    return [p.name for c in cgroups.V1_CONTROLLERS for p in Path("/sys/fs/cgroup", c).glob(f"{cgroups.PREFIX}*")]
 
 
 class User:
@@ -500,8 +500,7 @@ def term():
         seen["room"], seen["port"] = room, hub.port
         seen["ada_after"] = (students[ada].get("api/status").status_code,
                              {s["student"]: s["score"] for s in teacher.get(f"formgrader/api/submissions/{NAME}").json()})
-        left, cgroups = hub.stop()
-        seen["left"], seen["cgroups"] = left, cgroups
+        seen["left"], seen["cgroups"] = hub.stop()
         seen["log"] = hub.log.read_text()
         # started again: the same accounts, environments, disks and course, with its grades
         seen["again"] = subprocess.run(hub.command("--prepare-only"), cwd=checkout, capture_output=True, text=True, timeout=600)
