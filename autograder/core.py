@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import inspect
 import math
 import numbers
@@ -281,8 +282,8 @@ def run_call(kind, train_mode, impl, call, grad, weights=None, timeout=DEFAULT_T
 
 
 def state_of(call):
-    """The parameters and the mode (training or eval) of every module and the learning rate of every
-    optimizer in a call's arguments."""
+    """The parameters and the mode (training or eval) of every module, the learning rate of every optimizer and
+    the scale of every gradient scaler in a call's arguments."""
     state = {}
     for i, arg in enumerate(list(call.args) + list(call.kwargs.values())):
         if isinstance(arg, torch.nn.Module):
@@ -290,6 +291,8 @@ def state_of(call):
             state["model's mode, model.training,"] = arg.training
         elif isinstance(arg, torch.optim.Optimizer):
             state["the learning rate"] = arg.param_groups[0]["lr"]
+        elif isinstance(arg, torch.amp.GradScaler) and arg.is_enabled():
+            state["the gradient scaler's scale"] = arg.get_scale()
     return state
 
 
@@ -614,6 +617,14 @@ def describe_inputs(call, names=()):
             params = list(x.parameters())
             dtype = f" {str(params[0].dtype).removeprefix('torch.')}" if params else ""
             return f"{name}: a {type(x).__name__} with {sum(p.numel() for p in params):,}{dtype} parameters, in {'training' if x.training else 'eval'} mode"
+        if isinstance(x, torch.optim.Optimizer):  # its repr too
+            return f"{name}: {type(x).__name__}, learning rate {x.param_groups[0]['lr']:.4g}"
+        if isinstance(x, torch.optim.lr_scheduler.LRScheduler):
+            return f"{name}: a {type(x).__name__} after {x.last_epoch} steps"
+        if isinstance(x, torch.amp.GradScaler):
+            return f"{name}: a GradScaler, scale {x.get_scale():g}" if x.is_enabled() else f"{name}: a GradScaler that scales nothing"
+        if isinstance(x, functools.partial) and x.func is torch.autocast:
+            return f"{name}: torch.autocast({', '.join(map(repr, x.args))}, dtype={x.keywords.get('dtype')}) (a context manager)"
         return f"{name}: {_short(x)}"
 
     lines = [one(names[i] if i < len(names) else f"argument {i + 1}", x) for i, x in enumerate(call.args)]

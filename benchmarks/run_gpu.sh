@@ -15,13 +15,21 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, keep the output
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 $py -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
+# bfloat16 (the rule's choice on an A100, H100 or H200), then float16 with the gradient scaler, a T4's path
+# (SEQCOURSE_PRECISION=float16): notebooks 08 and 10 and both commands, each path's figures for the README and for
+# notebook 10's RECIPES (course_lib/gpt_training.py). On a lease of 15 minutes, in two calls: ONLY="train_cli gpt_train
+# notebook_10 notebook_08" first, then ONLY="train_cli_fp16 gpt_train_fp16 notebook_10_fp16 notebook_08_fp16".
 step train_cli 60 $py -m solutions_lib.train --no-progress --checkpoint /tmp/gpu-dates.pt
 step gpt_train 90 $py -m solutions_lib.gpt train --no-progress --eval-every 250 --checkpoint /tmp/gpu-gpt.pt
 step gpt_sample 30 $py -m solutions_lib.gpt sample --checkpoint /tmp/gpu-gpt.pt --prompt "ROMEO:" --temperature 0.8 --top-k 40
+step notebook_10 200 $py benchmarks/notebook_as_script.py solutions/10_a_gpt_of_your_own/10_a_gpt_of_your_own.ipynb
+step notebook_08 150 $py benchmarks/notebook_as_script.py solutions/08_training_a_transformer/08_training_a_transformer.ipynb
+step train_cli_fp16 60 env SEQCOURSE_PRECISION=float16 $py -m solutions_lib.train --no-progress --checkpoint /tmp/gpu-dates.pt
+step gpt_train_fp16 90 env SEQCOURSE_PRECISION=float16 $py -m solutions_lib.gpt train --no-progress --eval-every 250 --checkpoint /tmp/gpu-gpt.pt
+step notebook_10_fp16 200 env SEQCOURSE_PRECISION=float16 $py benchmarks/notebook_as_script.py solutions/10_a_gpt_of_your_own/10_a_gpt_of_your_own.ipynb
+step notebook_08_fp16 150 env SEQCOURSE_PRECISION=float16 $py benchmarks/notebook_as_script.py solutions/08_training_a_transformer/08_training_a_transformer.ipynb
 step bench_gpt 150 $py benchmarks/bench_gpt.py --eval-every 250
 step bench_training 200 $py benchmarks/bench_training.py --mode both
-step notebook_10 200 $py benchmarks/notebook_as_script.py solutions/10_a_gpt_of_your_own/10_a_gpt_of_your_own.ipynb
 step bench_attention 60 $py benchmarks/bench_attention.py
 step bench_layers 90 $py benchmarks/bench_transformer_layers.py --device cuda
-step notebook_08 150 $py benchmarks/notebook_as_script.py solutions/08_training_a_transformer/08_training_a_transformer.ipynb
 rm -f /tmp/gpu-dates.pt /tmp/gpu-gpt.pt  # checkpoints stay out of OUTDIR: only the figures come back

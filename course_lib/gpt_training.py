@@ -36,8 +36,8 @@ from tqdm.auto import tqdm
 
 from course_lib import gpt as course_gpt
 from course_lib.text import shakespeare, split
-from course_lib.training import (describe_precision, distributed, load_checkpoint, RunningLoss, optimizer_step, precision,
-                                 process_device)
+from course_lib.training import (describe_precision, distributed, load_checkpoint, machine_class, RunningLoss, optimizer_step,
+                                 precision, process_device)
 
 
 # ---------------------------------------------------------------- the recipes
@@ -95,9 +95,40 @@ def check_config(cfg):
         raise ValueError("dropout must lie in [0, 1), max_seconds and eval_every must be >= 0")
 
 
+@dataclass(frozen=True)
+class Expected:
+    """What notebook 10's text expects of a recipe on one class of machine, as measured on one of that class: the
+    steps a quiet machine trains in the recipe's max_seconds, and the held-out figures those steps reach, each a
+    range (low, high) that the run's claims check on both sides. steps None: no machine of the class measured yet."""
+
+    machine: str  # the machine it was measured on, and when; or the class, when none was
+    steps: int | None = None
+    held_out: tuple | None = None  # nats per character
+    below_kn: tuple | None = None  # the best Kneser-Ney model's nats per character less the GPT's (negative: above it)
+    below_jm: tuple | None = None  # the interpolated 4-gram's less the GPT's
+
+
+RECIPES = {  # training.machine_class(dev, cpu=True): (the recipe, what the text expects of it)
+    "cpu-bfloat16": (CPU, Expected("2 quiet cores of an AMD EPYC with AVX512-BF16 (2026-11-28)", 3500,
+                                   held_out=(1.48, 1.56), below_kn=(-0.03, 0.05), below_jm=(0.07, 0.17))),
+    "cpu-float32": (CPU, Expected("the same 2 cores in float32 (SEQCOURSE_PRECISION=float32, 2026-11-29)", 2000,
+                                  held_out=(1.49, 1.58), below_kn=(-0.05, 0.04), below_jm=(0.05, 0.16))),
+    "mps-float32": (CPU, Expected("Apple silicon's GPU")),
+    "cuda-float16": (GPU, Expected("a T4-class GPU (float16 with a gradient scaler)")),
+    "cuda-bfloat16": (GPU, Expected("one H200 (2026-11-27: the command, BPE-384, 2233 steps in 45 s)", 2200,
+                                    held_out=(1.42, 1.52), below_kn=(0.0, 0.12), below_jm=(0.11, 0.24))),
+}
+
+
+def recipe_for(machine):
+    """(Config, Expected): the recipe for this class of machine (training.machine_class), and what the text expects of
+    it there; a class the course has not measured (a forced precision: cpu-float16) gets the CPU recipe, no figures."""
+    return RECIPES.get(machine, (CPU, Expected(f"{machine} (a forced precision)")))
+
+
 def recipe(dev):
-    """The Config the command runs with no flags on device dev."""
-    return GPU if dev.type == "cuda" else CPU
+    """The Config the command runs with no flags on device dev (its machine class's, recipe_for)."""
+    return recipe_for(machine_class(dev, cpu=True))[0]
 
 
 # ---------------------------------------------------------------- the building blocks
@@ -249,11 +280,12 @@ def token_losses(model, data, block_size, stride=None, batch_size=64):
     device = next(model.parameters()).device
     windows, n = scored_windows(len(data), block_size, stride), len(data)
     L = min(block_size, n - 1)  # every window's length
-    index = torch.tensor([start for start, _ in windows])[:, None] + torch.arange(L)  # (windows, L)
+    starts = torch.tensor([start for start, _ in windows], device=device)
+    index = starts[:, None] + torch.arange(L, device=device)  # (windows, L)
     data = data.to(device)
     losses = []
     for i in range(0, len(windows), batch_size):
-        rows = index[i : i + batch_size].to(device)
+        rows = index[i : i + batch_size]
         logits = model(data[rows])[0]
         per_token = F.cross_entropy(logits.flatten(0, 1).float(), data[rows + 1].flatten(), reduction="none")
         per_token = per_token.view(rows.shape).double().cpu()

@@ -222,15 +222,19 @@ def unfinished(error):
     return type(owner).__name__ if name == "__init__" else f"{type(owner).__name__}.{name}"
 
 
-def fell_short(steps, seconds, assumed_steps, tokens_per_step, assumed_seconds):
+def fell_short(steps, seconds, assumed_steps, tokens_per_step, assumed_seconds, where="2 quiet CPU cores"):
     """A sentence saying that a timed run trained far from what the text assumes, or '': under 80 % of its steps
     (a busy or slower machine), or over 1.5 times them (a much faster one: its schedule stretches over so many
-    more steps that a small model fits its training tokens more than the text, and ends elsewhere)."""
+    more steps that a small model fits its training tokens more than the text, and ends elsewhere).
+    where: the machine the assumed steps were measured on; assumed_steps None: none of this class was measured."""
+    if assumed_steps is None:
+        return (f"The course has not measured a run on {where} yet, so the text's figures, measured on other machines, "
+                "are not this run's; your code is not the cause.")
     if 0.8 * assumed_steps <= steps <= 1.5 * assumed_steps:
         return ""
     got, want = steps * tokens_per_step / seconds, assumed_steps * tokens_per_step / assumed_seconds
     said = (f"This machine trained {steps} steps in {seconds:.0f} s ({got:,.0f} tokens/s); the text assumes about "
-            f"{assumed_steps} steps in {assumed_seconds:.0f} s ({want:,.0f} tokens/s, 2 quiet CPU cores). ")
+            f"{assumed_steps} steps in {assumed_seconds:.0f} s ({want:,.0f} tokens/s, {where}). ")
     if steps < assumed_steps:
         return said + ("A busy or slower machine trains less in the same time, so the figures above are not the text's; "
                        "your code is not the cause.")

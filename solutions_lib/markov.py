@@ -83,7 +83,7 @@ def skip_pair_votes(context, S, vocab):
     """
     ids = [vocab.index(w) for w in context.lower().split()]
     earlier, latest = ids[:-1], ids[-1]
-    votes = torch.zeros(len(vocab), len(vocab), dtype=S.dtype)
+    votes = torch.zeros(len(vocab), len(vocab), dtype=S.dtype, device=S.device)
     for a in set(earlier):
         votes[a] = S[a, latest]
     return votes

@@ -12,6 +12,8 @@ then greedy_decode and exact_match to measure what the model learned, and beam_s
 GNMT's length_penalty), the decoder of the paper, to find a likelier target than greedy's.
 Token ids follow course_lib.tokens: <pad> = 0, <bos> = 1, <eos> = 2.
 """
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -73,24 +75,31 @@ def warmup_lr(step, d_model, warmup=4000):
     return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-def train_step(model, optimizer, scheduler, src, tgt, bos_id=1, pad_id=0, smoothing=0.1, clip=1.0):
+def train_step(model, optimizer, scheduler, src, tgt, bos_id=1, pad_id=0, smoothing=0.1, clip=1.0,
+               autocast=contextlib.nullcontext, scaler=None):
     """One optimisation step on one batch, with teacher forcing.
 
     model(src, tgt_in, src_mask, tgt_mask) -> logits (B, T_tgt, V)
     src: (B, T_src), tgt: (B, T_tgt) ids; scheduler: a torch.optim.lr_scheduler, stepped once
-    Clears old gradients, back-propagates the label-smoothed loss, clips the
-    gradient norm at `clip`, updates the parameters, then the learning rate.
+    autocast: a context manager for the forward pass and the loss (mixed precision: torch.autocast, section 8)
+    scaler: a torch.amp.GradScaler, which float16 autocast needs; None: no scaling
+    Clears old gradients, back-propagates the label-smoothed loss (scaled), unscales the gradients,
+    clips their norm at `clip`, updates the parameters, then the learning rate.
     returns: the loss of this batch (float), before the update
     """
+    scaler = scaler or torch.amp.GradScaler(enabled=False)  # a scaler that scales nothing
     model.train()
     tgt_in = shift_right(tgt, bos_id)
     src_mask, tgt_mask = make_masks(src, tgt_in, pad_id)
-    logits = model(src, tgt_in, src_mask, tgt_mask)
-    loss = label_smoothed_cross_entropy(logits, tgt, smoothing, pad_id)
+    with autocast():
+        logits = model(src, tgt_in, src_mask, tgt_mask)
+        loss = label_smoothed_cross_entropy(logits, tgt, smoothing, pad_id)
     optimizer.zero_grad()
-    loss.backward()
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
     nn.utils.clip_grad_norm_(model.parameters(), clip)
-    optimizer.step()
+    scaler.step(optimizer)
+    scaler.update()
     scheduler.step()
     return loss.item()
 

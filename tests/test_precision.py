@@ -95,7 +95,7 @@ def test_cpu_paths_are_unchanged(monkeypatch, has):
     cpu = torch.device("cpu")
     assert amp_dtype(cpu) is None
     assert amp_dtype(cpu, cpu=True) == (torch.bfloat16 if has else None)
-    assert describe_precision(cpu) == "in float32 (autocast on a GPU only)"
+    assert describe_precision(cpu) == "in float32 (a model this small trains faster in float32 on a CPU)"
     assert describe_precision(cpu, cpu=True) == ("under bfloat16 autocast (this CPU multiplies bfloat16 in hardware)"
                                                  if has else "in float32 (this CPU has no bfloat16 matrix units)")
     autocast, scaler = precision(cpu, cpu=True)
@@ -107,7 +107,7 @@ def test_cpu_paths_are_unchanged(monkeypatch, has):
 
 
 FIRST_LINES = {  # device: (the dates command's first line, the GPT command's)
-    "cpu": ("training on cpu in float32 (autocast on a GPU only)",
+    "cpu": ("training on cpu in float32 (a model this small trains faster in float32 on a CPU)",
             "training on cpu in float32 (this CPU has no bfloat16 matrix units)"),
     "T4": ("training on cuda under float16 autocast with a gradient scaler (Tesla T4, compute capability 7.5, has no "
            "bfloat16 units)",) * 2,
@@ -144,3 +144,96 @@ def test_the_commands_say_the_precision_in_their_first_line(monkeypatch, capsys,
     with pytest.raises(Stop):
         gpt_training.train_command(parser, args, None, start=0.0)
     assert capsys.readouterr().out.splitlines()[0] == FIRST_LINES[device][1]
+
+
+# ---------------------------------------------------------------- one rule, everywhere a learner trains
+
+import json
+import re
+
+from conftest import ROOT
+
+LOCAL_RULE = re.compile(r"torch\.autocast\(|GradScaler\(|is_bf16_supported|get_device_capability"
+                        r"|(?<![=!<>])=\s*torch\.(bfloat16|float16)\b")  # a dtype chosen, not compared
+ALLOWED = {  # (file, text): not a choice of precision
+    ("solutions_lib/training.py", "torch.amp.GradScaler(enabled=False)"),  # train_step's scaler that scales nothing
+    ("solutions/08_training_a_transformer/08_training_a_transformer.ipynb", "torch.amp.GradScaler(enabled=False)"),
+    ("solutions_lib/fast.py", 'torch.autocast("cpu", enabled=False)'),  # attention in float32 under a CPU's autocast
+}
+FLOAT32_EVERYWHERE = "in float32 on every machine"  # the comment of a loop that keeps float32 by design, and why
+
+
+def code_sources():
+    """(where, code) of every notebook code cell and every module a learner reads or runs, but the rule's own."""
+    for path in sorted(ROOT.glob("solutions/*/*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] == "code":
+                yield f"{path.relative_to(ROOT)}", i, "".join(cell["source"])
+    for path in sorted([*ROOT.glob("solutions_lib/**/*.py"), *ROOT.glob("course_lib/**/*.py")]):
+        if path != ROOT / "course_lib" / "training.py":
+            yield f"{path.relative_to(ROOT)}", None, path.read_text()
+
+
+def test_no_notebook_or_command_keeps_a_precision_rule_of_its_own():
+    found = []
+    for where, cell, code in code_sources():
+        for line in code.splitlines():
+            match = LOCAL_RULE.search(line)
+            if match and not any(where == file and text in line for file, text in ALLOWED):
+                found.append(f"{where}{'' if cell is None else f', cell {cell}'}: {line.strip()}")
+    assert not found, "a precision chosen outside course_lib.training (use precision(dev)):\n" + "\n".join(found)
+
+
+def autocast_blocks(code):
+    """The lines under each `with ... autocast():` of code."""
+    lines = code.splitlines()
+    for k, line in enumerate(lines):
+        if re.search(r"with .*autocast\(\):", line):
+            depth, block = len(line) - len(line.lstrip()), []
+            for inner in lines[k + 1:]:
+                if inner.strip() and len(inner) - len(inner.lstrip()) <= depth:
+                    break
+                block.append(inner)
+            yield "\n".join(block)
+
+
+def loop_problems(code):
+    """What is wrong with the training loops of code (each top-level function, class or statement): the forward
+    pass outside the rule's autocast, a backward pass or a step inside it, a step that bypasses the scaler."""
+    problems = []
+    for block in autocast_blocks(code):
+        if re.search(r"\.backward\(|\.step\(|optimizer_step\(|train_step\(", block):
+            problems.append("the backward pass or the step runs inside autocast: put only the forward pass and the loss there")
+    for chunk in re.split(r"\n(?=def |class |\S)", code):
+        trains = "optimizer_step(" in chunk or ".backward()" in chunk and re.search(r"optimizer|\.step\(", chunk)
+        if not trains or chunk.startswith(("from ", "import ")) or FLOAT32_EVERYWHERE.lower() in chunk.lower():
+            continue
+        head = chunk.splitlines()[0][:50]
+        if not re.search(r"with (clock\.paused\(\), )?autocast\(\):", chunk):
+            problems.append(f"{head}: no `with autocast():` from precision(dev)")
+        if "optimizer_step(" not in chunk:  # course_lib.training.optimizer_step steps through the scaler
+            if not re.search(r"scaler\.scale\(loss\)\.backward\(\)", chunk):
+                problems.append(f"{head}: back-propagate through the scaler, scaler.scale(loss).backward()")
+            if not re.search(r"scaler\.step\(optimizer\)", chunk):
+                problems.append(f"{head}: step the optimizer through the scaler, scaler.step(optimizer)")
+    return problems
+
+
+def test_the_loop_checker_finds_the_mistakes_it_looks_for():
+    old_08 = "def train(model):\n    for step in range(9):\n        with autocast():\n            train_step(model)\n"
+    assert loop_problems(old_08) == ["the backward pass or the step runs inside autocast: put only the forward pass and the loss there"]
+    plain = "for x in data:\n    loss = model(x)\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    assert len(loop_problems(plain)) == 3
+    good = ("for x in data:\n    with autocast():\n        loss = model(x)\n    scaler.scale(loss).backward()\n"
+            "    scaler.step(optimizer)\n    scaler.update()\n")
+    assert loop_problems(good) == []
+    assert loop_problems(good.replace("        loss = model(x)\n    scaler", "        loss = model(x)\n        scaler")) != []
+
+
+def test_every_training_loop_runs_its_forward_pass_under_the_rules_autocast_and_steps_through_its_scaler():
+    found, loops = [], 0
+    for where, cell, code in code_sources():
+        loops += sum("optimizer_step(" in c or ".backward()" in c and "optimizer" in c for c in re.split(r"\n(?=def |class |\S)", code))
+        found += [f"{where}{'' if cell is None else f', cell {cell}'}: {problem}" for problem in loop_problems(code)]
+    assert not found, "\n".join(found)
+    assert loops >= 9, loops  # 01, 03, 08's train_step (notebook and reference), 10's three, the commands of 08 and 10

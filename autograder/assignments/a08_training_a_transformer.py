@@ -9,6 +9,8 @@ left over from an earlier batch) and scheduler for the reference and for the
 learner, and compares the loss returned and every parameter after the step
 (state_after=True).
 """
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -120,8 +122,17 @@ def lr_cases():
 # ---------------------------------------------------------------- train_step
 
 
-def _step_case(seed, B, T_src, T_tgt, V=11, d_model=16, h=2, N=1, smoothing=0.1, clip=0.5, dtype=torch.float32, hidden=False):
-    """Fresh model, optimizer and scheduler from a fixed seed, as after a few steps of training."""
+PRECISIONS = {  # the precision paths of section 8, on the CPU: (autocast's dtype, the scaler's first scale)
+    "bfloat16": (torch.bfloat16, None),
+    "float16": (torch.float16, 2.0**8),  # a T4's path; the scaled gradients stay finite, so the step is taken
+    "float16, overflow": (torch.float16, 2.0**24),  # the scaled gradients overflow: the scaler skips the step
+}
+
+
+def _step_case(seed, B, T_src, T_tgt, V=11, d_model=16, h=2, N=1, smoothing=0.1, clip=0.5, dtype=torch.float32, amp=None,
+               hidden=False):
+    """Fresh model, optimizer and scheduler from a fixed seed, as after a few steps of training; amp: a key of
+    PRECISIONS, the step under that autocast (and gradient scaler, which doubles its scale after each good step)."""
 
     def make():
         r = Draw(seed)
@@ -138,16 +149,27 @@ def _step_case(seed, B, T_src, T_tgt, V=11, d_model=16, h=2, N=1, smoothing=0.1,
         for p in params:  # gradients left over from an earlier batch
             p.grad = r.randn(*p.shape, dtype=dtype)
         src, tgt = _sources(r, B, T_src, V), _targets(r, B, T_tgt, V)
-        return Call((model, optimizer, scheduler, src, tgt), {"bos_id": BOS, "pad_id": PAD, "smoothing": smoothing, "clip": clip})
+        kwargs = {"bos_id": BOS, "pad_id": PAD, "smoothing": smoothing, "clip": clip}
+        if amp:
+            low, scale = PRECISIONS[amp]
+            kwargs["autocast"] = functools.partial(torch.autocast, "cpu", dtype=low)  # a lambda would not pickle
+            if scale:
+                kwargs["scaler"] = torch.amp.GradScaler("cpu", init_scale=scale, growth_interval=1)
+        return Call((model, optimizer, scheduler, src, tgt), kwargs)
 
     label = dims(B=B, T_src=T_src, T_tgt=T_tgt, d_model=d_model, h=h, N=N) + f", smoothing={smoothing}, clip={clip}" + _dtype_label(dtype)
-    return Case(label, make, hidden=hidden, grad=False)
+    if amp:
+        label += f", under {PRECISIONS[amp][0]} autocast".replace("torch.", "")
+        label += {"float16": " with a gradient scaler", "float16, overflow": " with a gradient scaler whose scale overflows"}.get(amp, "")
+    return Case(label, make, part="mixed precision" if amp else "float32", hidden=hidden, grad=False)
 
 
 def step_cases():
     return [
         _step_case(831, 3, 6, 5), _step_case(832, 2, 4, 7, smoothing=0.0, clip=0.3, dtype=torch.float64),
         _step_case(833, 4, 7, 6, d_model=24, h=3, N=2, hidden=True),
+        _step_case(834, 3, 6, 5, amp="bfloat16"), _step_case(835, 3, 5, 6, amp="float16"),
+        _step_case(836, 2, 6, 5, amp="float16, overflow"), _step_case(837, 4, 6, 6, clip=0.3, amp="float16", hidden=True),
     ]
 
 
@@ -303,6 +325,7 @@ EXERCISES = [
     Exercise("warmup_lr", ref.warmup_lr, points=1, cases=lr_cases),
     Exercise(
         "train_step", ref.train_step, points=3, cases=step_cases, returns=("loss", "state after the step"), state_after=True,
+        parts={"float32": 2, "mixed precision": 1},
         depends_on=("shift_right", "make_masks", "label_smoothed_cross_entropy"),
     ),
     Exercise("greedy_decode", ref.greedy_decode, points=2, cases=decode_cases),
