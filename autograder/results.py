@@ -52,9 +52,16 @@ def notebook_results(nb):
     return rows
 
 
-def _one_line(text):
+def _one_line(text, limit=400):
+    """text on one line, at most about `limit` characters; a long one is cut before its "Likely mistake:", which
+    is kept whole (the name of the mistake is what a reason is for)."""
     text = " ".join(str(text).split())
-    return text if len(text) <= 400 else text[:400] + "…"
+    if len(text) <= limit:
+        return text
+    head, found, mistake = text.partition(" Likely mistake: ")
+    if found and len(mistake) < limit // 2:
+        return head[: limit - len(found) - len(mistake)] + "…" + found + mistake
+    return text[:limit] + "…"
 
 
 def table(rows, title=None):

@@ -159,8 +159,8 @@ def _step_case(seed, B, T_src, T_tgt, V=11, d_model=16, h=2, N=1, smoothing=0.1,
 
     label = dims(B=B, T_src=T_src, T_tgt=T_tgt, d_model=d_model, h=h, N=N) + f", smoothing={smoothing}, clip={clip}" + _dtype_label(dtype)
     if amp:
-        label += f", under {PRECISIONS[amp][0]} autocast".replace("torch.", "")
-        label += {"float16": " with a gradient scaler", "float16, overflow": " with a gradient scaler whose scale overflows"}.get(amp, "")
+        label += {"bfloat16": ", bfloat16 autocast", "float16": ", float16 autocast + scaler",
+                  "float16, overflow": ", float16 autocast + scaler, overflowing"}[amp]
     return Case(label, make, part="mixed precision" if amp else "float32", hidden=hidden, grad=False)
 
 
