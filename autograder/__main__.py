@@ -5,7 +5,9 @@ import importlib.util
 import signal
 import sys
 
-from autograder.course import CourseError
+from autograder.check_notebook import check
+from autograder.course import CourseError, find_root
+from autograder.progress import progress
 
 # The student distribution (autograder.release.student_dist) ships this file without the instructor's commands.
 INSTRUCTOR = importlib.util.find_spec("autograder.release") is not None
@@ -92,16 +94,11 @@ def add_instructor_commands(sub):
 
 def run(args):
     if args.command == "check":
-        from autograder.check_notebook import check
-
         return check(args.notebooks, junitxml=args.junitxml, timeout=args.timeout)
     if args.command == "progress":
-        from autograder.progress import progress
-
         print(progress(args.folder))
         return 0
     if args.command == "release":
-        from autograder.course import find_root
         from autograder.release import release
 
         root = find_root()
@@ -153,7 +150,6 @@ def run(args):
 
         return demo(jobs=args.jobs, keep=args.keep)
     if args.command == "new-exercise":
-        from autograder.course import find_root
         from autograder.new_exercise import add, full_name, missing
 
         root = find_root()

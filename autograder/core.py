@@ -1,8 +1,9 @@
 """The check machinery: run a learner's function and the reference on the same
 fresh inputs, compare outputs and gradients, and explain the first difference.
 
-Nothing here knows about notebooks or nbgrader; `autograder.api` wraps it for
-the test cells and the command line.
+Nothing here knows about notebooks or nbgrader. autograder.checking puts it together with
+autograder.relations into the check of an exercise, which `autograder.api` wraps for the
+test cells and the command line.
 """
 from __future__ import annotations
 
@@ -738,90 +739,7 @@ def diagnose(exercise, failed):
     return best
 
 
-def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
-    """Compare the learner's `impl` with the reference on one case: (CaseResult, outcome).
-
-    `got`, when given, is the learner's outcome computed elsewhere (in the grading sandbox).
-    """
-    want, weights = reference_outcome(exercise, case)
-    if got is None:
-        got = run_call(exercise.kind, exercise.train_mode, impl, case.make(), case.grad, weights, timeout, exercise.state_after)
-    stopped = _unfinished(case, got)
-    if stopped is not None:
-        return stopped, got
-    if case.raises is not None:
-        return _check_raised(case, got, impl, exercise.kind), got
-    if want.error is not None:  # expected to fail (autograder.grading.verdict: the reference built on a learner's mistake)
-        return CaseResult(case, same_outputs(got, want), "" if same_outputs(got, want) else f"raised {describe_error(want.error)} elsewhere"), got
-    if got.error is not None:
-        e = got.error
-        if isinstance(e, WeightMismatch):
-            return CaseResult(case, False, f"its weights could not be loaded: {e}"), got
-        where = ()
-        if not case.hidden and impl is not None:
-            from autograder import relations
-
-            where = relations.raised_at(e, impl)
-        return CaseResult(case, False, f"raised {describe_error(e)}", detail=where), got
-    problem = compare_outcomes(got, want, exercise.returns)
-    if not problem:
-        return CaseResult(case, True), got
-    detail = () if case.hidden else tuple(["inputs:"] + [f"  {line}" for line in describe_inputs(case.make(), _parameter_names(impl, exercise.kind))] + first_differences(got, want, exercise.returns))
-    return CaseResult(case, False, problem, detail=detail, reference=want), got
-
-
 def _raised(outcome, name):
     """Whether the outcome is an exception of class `name` or of a subclass of it (by name: it may have
     come out of the grading sandbox)."""
     return outcome.error is not None and name in [c.__name__ for c in type(outcome.error).__mro__]
-
-
-def _unfinished(case, got):
-    """The result of a case the learner's code did not finish: a stub, or past the time limit; else None."""
-    if isinstance(got.error, NotImplementedError):
-        return CaseResult(case, False, "not implemented yet (the stub still raises NotImplementedError)", not_implemented=True)
-    if isinstance(got.error, CheckTimeout):
-        return CaseResult(case, False, str(got.error), timed_out=True)
-    return None
-
-
-def _check_raised(case, got, impl, kind):
-    """A case on which the exercise's text requires an exception."""
-    if _raised(got, case.raises):
-        return CaseResult(case, True)
-    inputs = () if case.hidden else tuple(["inputs:"] + [f"  {line}" for line in describe_inputs(case.make(), _parameter_names(impl, kind))])
-    if got.error is not None:
-        return CaseResult(case, False, f"raised {describe_error(got.error)}, where the text asks for a {case.raises}", detail=inputs)
-    return CaseResult(case, False, f"returned where the text asks it to raise a {case.raises} (read the docstring: these inputs are not allowed)", detail=inputs)
-
-
-def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outcomes=None):
-    """Run every case (the hidden ones too when `hidden`) and return a Report.
-
-    `outcomes`, when given, holds the learner's outcome of each case, in order,
-    computed in another process; `impl` is then unused.
-    """
-    results, failed = [], []
-    cases = [c for c in exercise.cases() if hidden or not c.hidden]
-    for i, case in enumerate(cases):
-        result, outcome = check_case(exercise, impl, case, timeout, got=None if outcomes is None else outcomes[i])
-        results.append(result)
-        if result.not_implemented or result.timed_out:
-            return Report(exercise, results, planned=tuple(cases))
-        if not result.ok:
-            failed.append((case, outcome))
-    if failed:
-        mistake = diagnose(exercise, failed)
-        if mistake is not None:
-            for r in results:
-                r.diagnosis = "" if r.ok else mistake.says
-        else:
-            from autograder import relations
-
-            plain = [(i, f) for i, f in enumerate(failed) if f[0].raises is None]  # a missing raise has no relation
-            wants = [r.reference for r in results if not r.ok]
-            relation = relations.explain(exercise, [f for _, f in plain], [wants[i] for i, _ in plain], impl) \
-                or relations.only_on(results)
-            for r in results:
-                r.relation = "" if r.ok else relation
-    return Report(exercise, results, planned=tuple(cases))

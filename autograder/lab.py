@@ -17,6 +17,8 @@ import os
 import sys
 from pathlib import Path
 
+from autograder.course import find_root
+
 ROLES = ("student", "instructor")
 DEFAULT_FOLDER = {"student": "notebooks", "instructor": "."}
 
@@ -44,8 +46,6 @@ def lab_command(folder, options=()):
 
 
 def main(argv=None):
-    from autograder.course import find_root
-
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in ROLES:
         sys.exit(f"usage: python -m autograder.lab {{{'|'.join(ROLES)}}} [FOLDER] [jupyter lab options]")

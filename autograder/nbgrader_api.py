@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 
+from traitlets.config.loader import PyFileConfigLoader
+
 from autograder.course import sqlite_url, tool_env
 
 
 def load_config(config_dir):
     """The traitlets Config of the course's nbgrader_config.py in `config_dir`."""
-    from traitlets.config.loader import PyFileConfigLoader
-
     return PyFileConfigLoader("nbgrader_config.py", path=str(config_dir)).load_config()
 
 

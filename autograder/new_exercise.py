@@ -20,6 +20,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
 from autograder import registry
+from autograder.checking import check_exercise
 from autograder.course import CourseError, assignments
 from autograder.mutants import source_of
 from autograder.release import HEADING, HINT, is_solution, lay_out
@@ -154,8 +155,6 @@ def {name}_cases():
 
 def missing(root, notebook, name):
     """What exercise `name` of `notebook` still lacks, in sentences; empty when nothing does."""
-    from autograder.core import check_exercise
-
     notebook = full_name(root, notebook)
     try:
         ex = registry.get(name)

@@ -26,7 +26,7 @@ from autograder.reference_data import FORMAT
 HELPERS = "course_lib"
 REFERENCE = "solutions_lib"
 # autograder modules the checks need in a notebook and on the command line (`check`)
-SHIPPED = ("__init__.py", "__main__.py", "api.py", "core.py", "check_notebook.py", "course.py", "results.py",
+SHIPPED = ("__init__.py", "__main__.py", "api.py", "checking.py", "core.py", "check_notebook.py", "course.py", "results.py",
            "pytest_plugin.py", "fixtures.py", "registry.py", "reference_data.py", "record.py",
            "progress.py", "relations.py", "reveal.py", "wire.py")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU figure of the README in one run (python3 with a CUDA build of torch; no Jupyter needed):
+# Every GPU figure of docs/MEASURED-TRAINING.md in one run (python3 with a CUDA build of torch; no Jupyter needed):
 #   bash benchmarks/run_gpu.sh OUTDIR
 #   ONLY="train_cli gpt_train" bash benchmarks/run_gpu.sh OUTDIR     # some of them
 set -u
@@ -16,7 +16,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, keep the output
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 $py -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
 # bfloat16 (the rule's choice on an A100, H100 or H200), then float16 with the gradient scaler, a T4's path
-# (SEQCOURSE_PRECISION=float16): notebooks 08 and 10 and both commands, each path's figures for the README and for
+# (SEQCOURSE_PRECISION=float16): notebooks 08 and 10 and both commands, each path's figures for docs/MEASURED-TRAINING.md and for
 # notebook 10's RECIPES (course_lib/gpt_training.py). On a lease of 15 minutes, in two calls: ONLY="train_cli gpt_train
 # notebook_10 notebook_08" first, then ONLY="train_cli_fp16 gpt_train_fp16 notebook_10_fp16 notebook_08_fp16".
 step train_cli 60 $py -m solutions_lib.train --no-progress --checkpoint /tmp/gpu-dates.pt

@@ -10,6 +10,8 @@ April); 2021/04/03 puts the four-digit year first, then the month and the day.
 import datetime
 import random
 
+from course_lib.tokens import CharVocab
+
 MONTHS = ["January", "February", "March", "April", "May", "June", "July",
           "August", "September", "October", "November", "December"]
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
@@ -72,8 +74,6 @@ def date_splits(n_train, n_test, seed=0, test_fraction=0.2):
 
 def date_vocab():
     """The character vocabulary of the task (sources and targets), the same every time."""
-    from course_lib.tokens import CharVocab
-
     year = [datetime.date(2021, 1, 1) + datetime.timedelta(days=i) for i in range(365)]
     texts = [format_date(d, f) for d in year for f in FORMATS] + ["0123456789-"]
     return CharVocab.from_texts(texts)

@@ -11,7 +11,7 @@ checked on the public cases as a learner's code is. The check's message is then
     wrong    a sentence of another kind: worse than none
     silent   nothing beyond how the output differs
 
-    python tests/generic_mutations.py [NOTEBOOK ...]    prints the table in the README
+    python tests/generic_mutations.py [NOTEBOOK ...]    prints the table of docs/MEASURED-MISTAKES.md
 """
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import torch
 
 from autograder import api, registry
-from autograder.core import check_exercise, reference_module, run_call
+from autograder.checking import check_exercise
+from autograder.core import reference_module, run_call
 from autograder.mutants import mutant, swap
 
 KINDS = {  # the kind of a mutation: words a right sentence about it uses

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from autograder import CheckFailed, api, check, registry
-from autograder.core import check_exercise
+from autograder.checking import check_exercise
 from autograder.mutants import mutant, swap
 from autograder.relations import axis_names, relate
 

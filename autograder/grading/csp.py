@@ -4,7 +4,9 @@ prints from the gradebook: ids, names, paths, comments).
 
 Feedback pages (nbgrader's GenerateFeedback, guarded from nbgrader_config.py by `guard_feedback`)
 carry it in a <meta> tag, the only http-equiv they keep; every response of the formgrader gets it as
-a header from the server extension this module also is (jupyter-config/instructor names it).
+a header from the server extension this module also is (jupyter-config/instructor names it). It sits
+above autograder.grading.pages, which makes each response's nonce and marks the templates' scripts with it,
+and installs both: the policy and the pages' escaping.
 
 Neither page runs a script its templates did not write. The trust comes from nbgrader's template
 files, never from the page being served (a student's id, comment or cell could have written any part
@@ -28,9 +30,12 @@ import functools
 import hashlib
 import html as html_lib
 import re
-import secrets
 from html.parser import HTMLParser
-from pathlib import Path
+
+from jupyter_server.utils import url_path_join
+from nbgrader.converters.generate_feedback import GenerateFeedback
+
+from autograder.grading import pages
 
 MATHJAX = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/"
 CDN = "https://cdnjs.cloudflare.com"
@@ -42,32 +47,16 @@ def _hash(text):
 
 
 @functools.lru_cache(maxsize=1)
-def nbgrader_templates():
-    """The folder of nbgrader's formgrader and feedback templates: the only files whose scripts the policy trusts."""
-    from nbgrader.server_extensions.formgrader import handlers
-
-    return Path(handlers.template_path).resolve()
-
-
-@functools.lru_cache(maxsize=1)
 def template_handler_hashes():
     """The hashes of the inline event handlers written in nbgrader's template files (onClick="createStudentModal();"
     and a few more), as the browser reads them; a handler whose text the template fills in is not among them."""
     found = set()
-    for path in sorted(nbgrader_templates().rglob("*")):
+    for path in sorted(pages.nbgrader_templates().rglob("*")):
         if path.suffix in (".tpl", ".j2") and path.is_file():
             for a, b in HANDLER.findall(path.read_text()):
                 if "{{" not in a + b and "{%" not in a + b:
                     found.add(_hash(html_lib.unescape(a or b)))
     return tuple(sorted(found))
-
-
-def nonce(request):
-    """The nonce of one response (made on first use, kept on its request): the header and the template's script tags share it."""
-    value = getattr(request, "_autograder_csp_nonce", None)
-    if value is None:
-        value = request._autograder_csp_nonce = secrets.token_urlsafe(18)
-    return value
 
 
 def formgrader_policy(nonce_value):
@@ -133,10 +122,6 @@ def with_policy(html, policy=FEEDBACK_POLICY):
 def guard_feedback():
     """Have nbgrader's GenerateFeedback show every string nbgrader puts on a page as text (pages.FeedbackText, after
     GetGrades has added the gradebook's comments) and write every page with the feedback policy."""
-    from nbgrader.converters.generate_feedback import GenerateFeedback
-
-    from autograder.grading import pages
-
     if getattr(GenerateFeedback, "_csp_guarded", False):
         return
     init, write = GenerateFeedback.__init__, GenerateFeedback.write_single_notebook
@@ -167,7 +152,7 @@ class FormgraderPolicy:
     def transform_first_chunk(self, status_code, headers, chunk, finishing):
         path = self.request.path
         if path == self.prefix or path.startswith(self.prefix + "/"):
-            headers["Content-Security-Policy"] = formgrader_policy(nonce(self.request))
+            headers["Content-Security-Policy"] = formgrader_policy(pages.nonce(self.request))
         return status_code, headers, chunk
 
     def transform_chunk(self, chunk, finishing):
@@ -180,10 +165,6 @@ def _jupyter_server_extension_points():
 
 def _load_jupyter_server_extension(serverapp):
     """Every formgrader response gets its policy; its pages escape what they print and mark their own scripts."""
-    from jupyter_server.utils import url_path_join
-
-    from autograder.grading import pages
-
     webapp = serverapp.web_app
     if not any(getattr(t, "func", None) is FormgraderPolicy for t in webapp.transforms):
         prefix = url_path_join(webapp.settings.get("base_url", "/"), "formgrader")

@@ -32,6 +32,8 @@ import threading
 import time
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from autograder.grading import csp, gradebook, ids, intake, limits, nbgrader_jobs, sandbox, views
 from autograder.course import CourseError, assignments, digest, find_root, sqlite_url, tool_env
 from autograder.nbgrader_api import api_for, generate_assignments
@@ -483,8 +485,6 @@ def _last_error(log):
 
 
 def _progress(total, enabled):
-    from tqdm.auto import tqdm
-
     return tqdm(total=total, desc="grading", unit="notebook", disable=not enabled)
 
 

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.plugins import CsvExportPlugin
 
 from autograder.course import sqlite_url
 
@@ -85,7 +86,5 @@ def states(course):
 
 def export(course, dest):
     """grades.csv in nbgrader's export format, from the course's gradebook (what `nbgrader export` writes)."""
-    from nbgrader.plugins import CsvExportPlugin
-
     with Gradebook(sqlite_url(Path(course) / "gradebook.db")) as gb:
         CsvExportPlugin(to=str(dest)).export(gb)

@@ -8,6 +8,9 @@ else is refused by name (`refusal`), shown only as `intake.shown` prints it.
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+from autograder.grading.intake import shown
 
 PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 RULE = "a student id is 1 to 64 letters, digits, '_', '.' or '-', not starting with '.' or '-'"
@@ -21,16 +24,12 @@ def refusal(student_id) -> str:
     """'' for a valid id; else why it is refused, with the id shown safely."""
     if valid(student_id):
         return ""
-    from autograder.grading.intake import shown
-
     return f"the student id {shown(student_id)} is not graded: {RULE}"
 
 
 def guard():
     """Have plain `nbgrader autograde` and `generate_feedback` leave out a folder whose name is no student id:
     nothing of it is graded, put in the gradebook or shown, and the log says why."""
-    from pathlib import Path
-
     from nbgrader.converters.autograde import Autograde
     from nbgrader.converters.generate_feedback import GenerateFeedback
 

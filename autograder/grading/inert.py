@@ -32,8 +32,10 @@ from pathlib import Path
 
 import nbformat
 import nh3
+from nbconvert.filters.markdown import markdown2html_mistune
 from nbformat.v4 import new_output
 
+from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 TAGS = {"a", "abbr", "b", "blockquote", "br", "caption", "code", "col", "colgroup", "dd", "del", "details", "div", "dl",
@@ -114,8 +116,6 @@ def _shown_data(mime, value, trusted_results):
     if mime == "text/html" and text is not None:
         return {mime: no_math(clean_html(text))}
     if mime == "text/markdown" and text is not None:
-        from nbconvert.filters.markdown import markdown2html_mistune
-
         return {"text/html": no_math(clean_html(markdown2html_mistune(text)))}
     if mime == "image/svg+xml" and text is not None:
         encoded = base64.b64encode(text.encode()).decode()
@@ -169,8 +169,6 @@ def _longest_run(text):
 
 def course_markdown(config, assignment, notebook):
     """The markdown cells of the assignment's source notebook (nbgrader's CourseDirectory), as texts."""
-    from nbgrader.coursedir import CourseDirectory
-
     if not (isinstance(assignment, str) and isinstance(notebook, str) and ID.fullmatch(assignment) and ID.fullmatch(notebook)):
         return frozenset()
     coursedir = CourseDirectory(config=config)

@@ -36,6 +36,12 @@ import stat
 from pathlib import Path
 from typing import NamedTuple
 
+import nbformat
+from nbformat.v4 import new_markdown_cell, new_notebook
+from nbformat.validator import get_validator
+
+from autograder.grading.limits import Limits
+
 REFUSED = ".autograder-refused"  # left by Collect where it refused something; a name no submission may use
 DEEPEST = 16  # folders nested deeper are refused
 _KINDS = {stat.S_IFLNK: "a link", stat.S_IFIFO: "a pipe", stat.S_IFSOCK: "a socket",
@@ -308,8 +314,6 @@ def notebook_problem(path, limits):
     limits, and judged by fastjsonschema in time linear in its size. (nbformat's validate falls back to
     jsonschema, quadratic on some inputs: 30,000 tags of mixed types took it 750 s, in the grader's own
     process, before any limit of the submission's applied.)"""
-    from nbformat.validator import get_validator
-
     data = read_small(path, limits.submission_file_mb * 2**20)
     if data is None:
         return f"{shown(Path(path).name)} cannot be read"
@@ -337,8 +341,6 @@ def guard():
     init_destination, init_assignment, convert = Autograde.init_destination, Autograde.init_assignment, Autograde.convert_single_notebook
 
     def refusal(self, assignment_id, student_id):
-        from autograder.grading.limits import Limits
-
         folder, limits = Path(self._format_source(assignment_id, student_id)), Limits(parent=self)
         notebooks = sorted(name for name in os.listdir(folder) if name.endswith(".ipynb")) if folder.is_dir() else []
         return problem(folder, limits) or next(filter(None, (notebook_problem(folder / n, limits) for n in notebooks)), "")
@@ -364,8 +366,6 @@ def guard():
 
 def _grade_refused(converter, assignment_id, student_id, reason):
     """0 for every cell of every notebook of the assignment, and in place of each notebook one that says why."""
-    import nbformat
-    from nbformat.v4 import new_markdown_cell, new_notebook
     from nbgrader.api import Gradebook
 
     dest = Path(converter._format_dest(assignment_id, student_id))

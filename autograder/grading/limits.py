@@ -10,6 +10,7 @@ from traitlets import Integer
 from traitlets.config import Configurable
 
 from autograder.course import CourseError
+from autograder.nbgrader_api import load_config
 
 
 def _limit(help):
@@ -49,6 +50,4 @@ class Limits(Configurable):
 
 def load(root):
     """The Limits of the course whose nbgrader_config.py is in `root`."""
-    from autograder.nbgrader_api import load_config
-
     return Limits(config=load_config(root))

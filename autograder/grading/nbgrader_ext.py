@@ -15,6 +15,12 @@ from traitlets import Unicode
 
 from nbgrader.preprocessors import DeduplicateIds, Execute, NbGraderPreprocessor
 
+from autograder import core
+from autograder.course import find_root
+from autograder.grading import replay, sandbox, verdict, views
+from autograder.grading.limits import Limits
+from autograder.record import MIME
+
 
 class SandboxedExecute(Execute):
     """nbgrader's Execute, with the kernel inside the submission's sandbox, under the notebook's budget
@@ -25,10 +31,6 @@ class SandboxedExecute(Execute):
     root = Unicode("", help="The course repository (nbgrader_config.py sets it).").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
-        from autograder.course import find_root
-        from autograder.grading import replay, sandbox, verdict, views
-        from autograder.grading.limits import Limits
-
         sandboxed = sandbox.enabled()
         sandbox.require()
         self.limits = Limits(parent=self)
@@ -93,9 +95,6 @@ class SandboxedExecute(Execute):
         return cell, resources
 
     def _judge(self, cell, index):
-        from autograder import core
-        from autograder.grading import verdict
-
         ex = verdict.exercise_of(cell)
         if ex is None:
             return
@@ -111,8 +110,6 @@ class SandboxedExecute(Execute):
     # ---- outputs, bounded as they arrive: no output over Limits.output_kb, no notebook over Limits.outputs_mb
 
     def output(self, outs, msg, display_id, cell_index):
-        from autograder.record import MIME
-
         out = super().output(outs, msg, display_id, cell_index)
         if out is None or not outs or outs[-1] is not out:
             return out
@@ -192,12 +189,9 @@ class GradeChecks(NbGraderPreprocessor):
     """Every check cell's outputs, and so its score, from the grader's own comparison."""
 
     def preprocess(self, nb, resources):
-        from autograder.grading.limits import Limits
-        from autograder.grading.verdict import grade_test_cells
-
         limits = Limits(parent=self)
         known = resources.get("autograder_verdicts", {})  # judged as the cells ran (SandboxedExecute)
-        return grade_test_cells(nb, limits.verdict_seconds, limits.result_mb * 2**20, known), resources
+        return verdict.grade_test_cells(nb, limits.verdict_seconds, limits.result_mb * 2**20, known), resources
 
 
 def _error(ename, evalue):

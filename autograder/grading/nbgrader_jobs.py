@@ -20,7 +20,12 @@ import signal
 import sys
 from pathlib import Path
 
+import nbformat
+
 from autograder.course import sqlite_url
+from autograder.grading.gradebook import merge
+from autograder.nbgrader_api import api_for
+from autograder.results import notebook_results
 
 MAX_LINE = 16384  # a result line, its log's tail included
 LOG_TAIL = 2000  # characters; escaped as JSON, still well under MAX_LINE
@@ -49,12 +54,6 @@ def parse(line, token):
 def grade_one(job, course_api, student, assignment, db):
     """(ok, log) for one submission: autograde into its own gradebook `db`, merge the result into the
     course's gradebook, and write the feedback from there."""
-    import nbformat
-
-    from autograder.grading.gradebook import merge
-    from autograder.nbgrader_api import api_for
-    from autograder.results import notebook_results
-
     api = api_for(job["root"], root=job["course"], source_directory=job["source"], db_url=sqlite_url(db))
     auto = api.autograde(assignment, student, force=True, create=True)
     ok, log = auto["success"], auto.get("log", "") + auto.get("error", "")
@@ -73,8 +72,6 @@ def grade_one(job, course_api, student, assignment, db):
 def grade(job, out):
     """For job['items'] = [[student, assignment, db], ...], in order: grade each and write its result line
     to `out`. An exception while grading one submission fails that submission alone."""
-    from autograder.nbgrader_api import api_for
-
     course_api = api_for(job["root"], root=job["course"], source_directory=job["source"],
                          db_url=sqlite_url(Path(job["course"]) / "gradebook.db"))
     for student, assignment, db in job["items"]:

@@ -21,6 +21,7 @@ gradebook all the same (`nbgrader db student add`), or into a URL the instructor
 """
 from __future__ import annotations
 
+import functools
 import html
 import re
 import secrets
@@ -29,11 +30,25 @@ from pathlib import Path
 from jinja2 import BaseLoader, Environment
 from nbconvert.exporters import HTMLExporter
 from nbgrader.preprocessors import NbGraderPreprocessor
-
-from autograder.grading import csp
+from nbgrader.server_extensions.formgrader import handlers
+from nbgrader.server_extensions.formgrader.base import BaseHandler
 
 SCRIPT_TAG = re.compile(r"<script\b(?![^>]*\bnonce=)", re.I)
 COMMENTS = "autograder_comments"  # resources key: {token: the comment as HTML}
+
+
+@functools.lru_cache(maxsize=1)
+def nbgrader_templates():
+    """The folder of nbgrader's formgrader and feedback templates: the only files whose scripts the policy trusts."""
+    return Path(handlers.template_path).resolve()
+
+
+def nonce(request):
+    """The nonce of one response (made on first use, kept on its request): the header and the template's script tags share it."""
+    value = getattr(request, "_autograder_csp_nonce", None)
+    if value is None:
+        value = request._autograder_csp_nonce = secrets.token_urlsafe(18)
+    return value
 
 
 class NonceLoader(BaseLoader):
@@ -45,7 +60,7 @@ class NonceLoader(BaseLoader):
 
     def get_source(self, environment, template):
         source, filename, uptodate = self.loader.get_source(environment, template)
-        if filename and Path(filename).resolve().is_relative_to(csp.nbgrader_templates()):
+        if filename and Path(filename).resolve().is_relative_to(nbgrader_templates()):
             source = SCRIPT_TAG.sub(f'<script nonce="{{{{ {self.expression} }}}}"', source)
         return source, filename, uptodate
 
@@ -79,7 +94,7 @@ class _PageExporter:
         settings = self.handler.settings
         if "autograder_exporter" not in settings:
             settings["autograder_exporter"] = FormgradeExporter(config=settings["nbgrader_exporter"].config)
-        resources = {**escaped(resources), "csp_nonce": csp.nonce(self.handler.request)}
+        resources = {**escaped(resources), "csp_nonce": nonce(self.handler.request)}
         return settings["autograder_exporter"].from_filename(filename, resources=resources, **kwargs)
 
 
@@ -89,14 +104,12 @@ def _render(self, name, **ns):
         loader = NonceLoader(self.settings["nbgrader_jinja2_env"].loader, "csp_nonce")
         self.settings["autograder_jinja2_env"] = Environment(loader=loader, autoescape=True)
     template = self.settings["autograder_jinja2_env"].get_template(name)
-    return template.render(**ns, csp_nonce=csp.nonce(self.request))
+    return template.render(**ns, csp_nonce=nonce(self.request))
 
 
 def guard_formgrader():
     """Have every formgrader handler render through `_render` and `_PageExporter` (nbgrader's BaseHandler, which all of
     them extend). Class-level, so that it holds whichever server extension Jupyter loads first."""
-    from nbgrader.server_extensions.formgrader.base import BaseHandler
-
     if getattr(BaseHandler, "_autograder_guarded", False):
         return
     BaseHandler.render = _render

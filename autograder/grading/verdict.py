@@ -17,7 +17,7 @@ import warnings
 import torch
 from nbformat.v4 import new_output
 
-from autograder import core, registry, wire
+from autograder import checking, core, registry, wire
 from autograder.api import RESULT_MIME, explain, result_data
 from autograder.grading.replay import own_right
 from autograder.record import MIME
@@ -92,10 +92,10 @@ def judge(ex, outcomes, earlier, used=(), replayed=None):
     and keeps the better report. So it earns its points on its own code, and only on it."""
     with warnings.catch_warnings():  # a catalogued mistake may warn; the learner's feedback shows none of it
         warnings.simplefilter("ignore")
-        report = core.check_exercise(ex, None, hidden=True, outcomes=outcomes)
+        report = checking.check_exercise(ex, None, hidden=True, outcomes=outcomes)
         wrong = tuple(d for d in ex.depends_on if d in used and not own_right(earlier.get(d)))
         if report.fraction < 1 and wrong and replayed is not None:
-            other = core.check_exercise(ex, None, hidden=True, outcomes=replayed)
+            other = checking.check_exercise(ex, None, hidden=True, outcomes=replayed)
             if other.score > report.score or other.score == report.score and named(other) and not named(report):
                 other.through = wrong
                 return other

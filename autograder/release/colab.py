@@ -19,9 +19,12 @@ Both commands are idempotent. The cells, at the top of each notebook:
 from __future__ import annotations
 
 import sys
+import tomllib
 from pathlib import Path
 
 import nbformat
+
+from autograder.course import assignments, find_root
 
 REPOSITORY = "https://github.com/seqcourse/seqcourse"
 BRANCH = "main"
@@ -61,8 +64,6 @@ def badge_source(name):
 
 def torch_floor():
     """The oldest torch the course is tested with: pyproject.toml's `torch>=X`."""
-    import tomllib
-
     with open(Path(__file__).resolve().parents[2] / "pyproject.toml", "rb") as f:
         deps = tomllib.load(f)["project"]["dependencies"]
     return next(d.split(">=")[1] for d in deps if d.startswith("torch>="))
@@ -104,8 +105,6 @@ def add_colab_cells(nb, name):
 
 def update_solutions(root, names=None):
     """Add or refresh the two cells in solutions/NN_name/NN_name.ipynb; returns the notebooks changed."""
-    from autograder.course import assignments
-
     root = Path(root)
     changed = []
     for name in names or assignments(root):
@@ -121,8 +120,6 @@ def update_solutions(root, names=None):
 
 
 def main(argv=None):
-    from autograder.course import find_root
-
     names = list(sys.argv[1:] if argv is None else argv)
     changed = update_solutions(find_root(), names or None)
     print(f"Colab cells updated in {len(changed)} notebook(s){': ' + ', '.join(changed) if changed else ''}.")

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 import nbformat
+from tqdm.auto import tqdm
 
 from autograder.api import RESULT_MIME
 from autograder.course import CourseError, assignments, find_root, tool_env
@@ -145,8 +146,6 @@ def build(root=None, executed=None, out=None, quick=None, released=None, names=N
     executed: a folder of executed notebooks (DIR/NN_name/NN_name.ipynb); default: execute solutions/ here.
     released: a folder of released notebooks (default: released now, into a temporary folder).
     """
-    from tqdm.auto import tqdm
-
     try:
         from sphinx.cmd.build import build_main
         import myst_nb  # noqa: F401

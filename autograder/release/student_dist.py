@@ -25,6 +25,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.course import CourseError, assignments
+from autograder.release import colab, release
 from autograder.ship import ShipError, leaks, write_data, write_package
 
 
@@ -33,10 +34,6 @@ from autograder.ship import ShipError, leaks, write_data, write_package
 
 def _repository_cells():
     """Ids of the cells that open or install the course repository (autograder.release.colab): not for a class."""
-    try:
-        from autograder.release import colab
-    except ImportError:
-        return set()
     return {colab.BADGE_CELL_ID, colab.INSTALL_CELL_ID}
 
 
@@ -55,8 +52,6 @@ def student_notebook(nb):
 def build(root, dest, names=None, force=False, echo=print):
     """Write the student distribution of `names` (default: every notebook) into `dest`.
     Returns the notebooks it holds; a notebook that cannot be shipped is left out with a message."""
-    from autograder.release import release
-
     root, dest = Path(root), Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         if not force:

@@ -293,7 +293,7 @@ def test_every_formgrader_response_carries_a_policy_that_trusts_only_nbgrader_s_
     from nbgrader.server_extensions.formgrader import apihandlers, handlers
 
     for text in TEMPLATE_HANDLERS:  # the oracle: handlers as nbgrader's template files spell them
-        assert any(f'"{text}"' in p.read_text() for p in csp.nbgrader_templates().rglob("*.*")), text
+        assert any(f'"{text}"' in p.read_text() for p in pages.nbgrader_templates().rglob("*.*")), text
     allowed = {_sha(t) for t in TEMPLATE_HANDLERS}
     paths = [_sample(route[0]) for route in handlers.default_handlers + apihandlers.default_handlers]
     paths += ["/formgrader/static/js/utils.js", "/formgrader/fonts/x", "/formgrader/no_such_page", *formgrader_pages(server).values()]

@@ -170,11 +170,11 @@ def test_no_sandbox_grades_and_says_so_on_every_row(tmp_path):
     assert "recorded" not in json.dumps(nb)  # graded through the same comparison as in the sandbox
 
 
-def test_the_readme_states_the_limits_nbgrader_config_sets():
+def test_the_grading_page_states_the_limits_nbgrader_config_sets():
     from autograder.nbgrader_api import load_config
 
     lim = limits.load(ROOT)
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "GRADING.md").read_text()
     for said in [f"at most {lim.submission_file_mb} MB a file, {lim.submission_folder_mb} MB and {lim.submission_entries} entries",
                  f"tmpfs of {lim.scratch_mb} MB", f"{lim.memory_mb // 1024} GiB of address space and {lim.cpu_seconds} s of CPU",
                  f"{lim.processes} processes", f"{lim.notebook_seconds} s of wall clock for the whole notebook",

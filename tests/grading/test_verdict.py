@@ -11,7 +11,7 @@ import pytest
 import torch
 from nbformat.v4 import new_code_cell, new_output
 
-from autograder import core, record, registry
+from autograder import checking, core, record, registry
 from autograder.grading import verdict
 from autograder.results import notebook_results
 from conftest import exercises
@@ -213,7 +213,7 @@ def test_code_that_only_calls_a_wrong_earlier_exercise_earns_nothing_from_it(exe
     for mistake in registry.get(dep).mistakes:
         junk = f"def {exercise.name}(*args, **kwargs):\n    return {dep}(*args, **kwargs)\n"
         report = graded_in_process(exercise.notebook, mistake_source(dep, mistake) + "\n\n" + junk, only={dep, exercise.name})[exercise.name]
-        own = core.check_exercise(exercise, None, hidden=True, outcomes=[
+        own = checking.check_exercise(exercise, None, hidden=True, outcomes=[
             core.run_call("function", False, mistake.impl, case.make(), case.grad) for case in exercise.cases()])
         assert report.score == own.score < exercise.points or mistake.name == "scaled", (mistake.name, report.score)
 
@@ -288,3 +288,12 @@ def test_the_verdict_of_a_notebook_runs_under_a_time_limit(grading, monkeypatch)
     assert results["qkv_projections"].status == "passed"
     for name in ("causal_mask", "padding_mask"):
         assert results[name].score == 0 and "did not finish within its 2 s" in results[name].reason
+
+
+def test_a_long_reason_keeps_its_likely_mistake_whole():
+    from autograder.results import _one_line
+
+    case = "train_step: case [B=3, T=5, " + "x" * 300 + "]: raised AssertionError: " + "y" * 150 + "."
+    said = _one_line(f"{case} Likely mistake: you back-propagated the loss itself.")
+    assert len(said) <= 401 and said.endswith(" Likely mistake: you back-propagated the loss itself.") and "…" in said
+    assert _one_line("short\nreason") == "short reason" and _one_line("z" * 500) == "z" * 400 + "…"

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from autograder import CheckFailed, check, registry
-from autograder.core import check_case, check_exercise
+from autograder.checking import check_case, check_exercise
 from conftest import exercises
 
 EXERCISES = exercises()  # COURSE_ASSIGNMENTS narrows them (tests/conftest.py); course-wide tests read the registry
@@ -107,7 +107,7 @@ def test_endless_loop_is_stopped(monkeypatch):
         while True:
             pass
 
-    report = core.check_exercise(registry.get(SDPA), loops, timeout=0.5)
+    report = check_exercise(registry.get(SDPA), loops, timeout=0.5)
     assert report.fraction == 0 and "did not finish" in report.failures()[0].problem
 
 

@@ -29,7 +29,7 @@ from autograder import ship
 from autograder.release import student_dist
 from autograder.__main__ import main
 from autograder.check_notebook import execute
-from autograder.core import check_exercise
+from autograder.checking import check_exercise
 from autograder.reference_data import exercise_from
 from autograder.release import fill_submission, mistake_source
 from autograder.results import notebook_results
@@ -215,7 +215,7 @@ def test_the_texts_ship_with_course_lib(dist):
 def test_every_check_loads_without_the_reference(dist):
     out = in_dist(dist, """
 import autograder, autograder.registry as r
-from autograder.core import check_exercise
+from autograder.checking import check_exercise
 for name in ("solutions_lib", "autograder.assignments", "autograder.release", "autograder.grading.grade"):
     try:
         __import__(name)
@@ -305,7 +305,7 @@ def test_reveal_and_progress_in_the_distribution(dist):
 
 @pytest.mark.slow
 def test_a_class_trains_and_samples_its_own_gpt_from_the_command_line(dist, tmp_path):
-    # what README's students item 7 promises, with what a class is shipped
+    # what README's students item 6 promises, with what a class is shipped
     from test_my_gpt import NOTEBOOKS, TINY
     from test_yours import _learner
 
