@@ -237,3 +237,29 @@ def test_every_training_loop_runs_its_forward_pass_under_the_rules_autocast_and_
         found += [f"{where}{'' if cell is None else f', cell {cell}'}: {problem}" for problem in loop_problems(code)]
     assert not found, "\n".join(found)
     assert loops >= 9, loops  # 01, 03, 08's train_step (notebook and reference), 10's three, the commands of 08 and 10
+
+
+@pytest.mark.parametrize("gpu", ["T4", "H100"])
+def test_notebook_08s_training_cell_gives_a_t4_float16_and_the_scaler(monkeypatch, capsys, gpu):
+    # the cell's own code, on a faked GPU: a T4 trains under float16 with the scaler, an H100 under bfloat16 without it
+    name, capability, hardware = GPUS[gpu]
+    fake_gpu(monkeypatch, name, capability)
+    made = []
+
+    class Scaler:  # a real GradScaler("cuda") would look for a GPU
+        def __init__(self, device, enabled=True):
+            made.append((device, enabled))
+
+    monkeypatch.setattr(torch.amp, "GradScaler", Scaler)
+    cells = json.loads((ROOT / "solutions" / "08_training_a_transformer" / "08_training_a_transformer.ipynb").read_text())["cells"]
+    cell = next("".join(c["source"]) for c in cells if "".join(c["source"]).startswith("dev = device()"))
+    from course_lib.runtime import device
+
+    scope = {"device": device, "precision": precision, "describe_precision": describe_precision,
+             "machine_class": training.machine_class, "QUICK": True}
+    exec(cell.split("\n\n\ndef ")[0], scope)
+    assert scope["dev"].type == "cuda" and made == [("cuda", not hardware)]
+    with scope["autocast"]():
+        assert torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == (torch.bfloat16 if hardware else torch.float16)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(f"machine class cuda-{'bfloat16' if hardware else 'float16'}"), first
