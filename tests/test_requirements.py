@@ -23,6 +23,8 @@ REQUIREMENTS = {
     ("MultiHeadAttention", "Your module must not assume they are equal"): "B=2, T_q=4, T_k=6, d_model=8, h=2",
     ("shift_right", "decoder input `tgt_in`"): ("not a requirement", "a table whose cells end in 'must' by chance of the split"),
     ("label_smoothed_cross_entropy", "`q` must sum to 1"): "B=2, T=5, V=7, smoothing=0.1",
+    ("train_step", "the scaled gradients overflow and the step must be skipped"):
+        "B=2, T_src=6, T_tgt=5, d_model=16, h=2, N=1, smoothing=0.1, clip=0.5, float16 autocast + scaler, overflowing",
     ("exact_match", "it raises when there is none"): ("not a requirement", "how list.index behaves, said as a hint"),
     ("merge_pair", "It must not become `[new, new]`"): "'aaaa' with the pair (a, a)",
     ("encode", "must go through the same sequence of states"): "a sentence of its own corpus, 30 merges",
