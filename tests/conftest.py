@@ -1,5 +1,6 @@
 """Shared, expensive fixtures: each notebook is released once and every
 submission is graded by real nbgrader once per test run; the tests read the results."""
+import json
 import os
 import shutil
 import subprocess
@@ -110,6 +111,21 @@ def graded_course(released, tmp_path_factory):
             nbformat.write(nb, out)
     graded, skipped, failed = Grader(course, root=ROOT, log=lambda *a: None).run(jobs=2, progress=False)
     return {"course": course, "failed": failed, "graded": graded, "plan": plan, "grades": read_grades(course)}
+
+
+SOLUTION_NOTEBOOKS = sorted(ROOT.glob("solutions/*/*.ipynb"))
+COURSE_MODULES = sorted([*ROOT.glob("solutions_lib/**/*.py"), *ROOT.glob("course_lib/**/*.py")])
+
+
+def course_code():
+    """(file, cell, source) of the code a learner reads or runs: every module of solutions_lib and course_lib (cell
+    None) and every code cell of the solution notebooks (cell: its index and id)."""
+    for path in COURSE_MODULES:
+        yield str(path.relative_to(ROOT)), None, path.read_text()
+    for path in SOLUTION_NOTEBOOKS:
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] == "code":
+                yield str(path.relative_to(ROOT)), (i, cell.get("id", "?")), "".join(cell["source"])
 
 
 def clone(dest):

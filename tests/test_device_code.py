@@ -24,7 +24,7 @@ import tokenize
 from typing import NamedTuple
 
 from autograder.release import HINT
-from conftest import ROOT
+from conftest import COURSE_MODULES, ROOT, SOLUTION_NOTEBOOKS, course_code
 
 FACTORIES = {
     "zeros", "ones", "full", "empty", "arange", "range", "tensor", "randn", "rand", "randint", "randperm",
@@ -44,8 +44,7 @@ MODEL_NAMES = {"model", "module", "net"}
 WAIVER = re.compile(r"#\s*cpu:\s*(\S.*)?$")
 PARAMETER_WRAPPERS = {"Parameter", "register_buffer"}
 
-NOTEBOOKS = sorted(ROOT.glob("solutions/*/*.ipynb"))
-MODULES = sorted([*ROOT.glob("solutions_lib/**/*.py"), *ROOT.glob("course_lib/**/*.py")])
+NOTEBOOKS, MODULES = SOLUTION_NOTEBOOKS, COURSE_MODULES
 
 
 # ---------------------------------------------------------------- the linter
@@ -267,12 +266,8 @@ def _waiver_lines(source):
 
 def sources():
     """(where, Python source) of every module and every solution notebook's code cell."""
-    for path in MODULES:
-        yield str(path.relative_to(ROOT)), path.read_text()
-    for path in NOTEBOOKS:
-        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
-            if cell["cell_type"] == "code":
-                yield f"{path.relative_to(ROOT)}, cell {i} (id {cell.get('id', '?')})", _code("".join(cell["source"]))
+    for file, cell, source in course_code():
+        yield (file, source) if cell is None else (f"{file}, cell {cell[0]} (id {cell[1]})", _code(source))
 
 
 # ---------------------------------------------------------------- the course's code

@@ -151,7 +151,7 @@ def test_the_commands_say_the_precision_in_their_first_line(monkeypatch, capsys,
 import json
 import re
 
-from conftest import ROOT
+from conftest import ROOT, course_code
 
 LOCAL_RULE = re.compile(r"torch\.autocast\(|GradScaler\(|is_bf16_supported|get_device_capability"
                         r"|(?<![=!<>])=\s*torch\.(bfloat16|float16)\b")  # a dtype chosen, not compared
@@ -164,14 +164,8 @@ FLOAT32_EVERYWHERE = "in float32 on every machine"  # the comment of a loop that
 
 
 def code_sources():
-    """(where, code) of every notebook code cell and every module a learner reads or runs, but the rule's own."""
-    for path in sorted(ROOT.glob("solutions/*/*.ipynb")):
-        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
-            if cell["cell_type"] == "code":
-                yield f"{path.relative_to(ROOT)}", i, "".join(cell["source"])
-    for path in sorted([*ROOT.glob("solutions_lib/**/*.py"), *ROOT.glob("course_lib/**/*.py")]):
-        if path != ROOT / "course_lib" / "training.py":
-            yield f"{path.relative_to(ROOT)}", None, path.read_text()
+    """(file, cell index or None, code) of the code a learner reads or runs (conftest.course_code), but the rule's own."""
+    return ((file, cell and cell[0], code) for file, cell, code in course_code() if file != "course_lib/training.py")
 
 
 def test_no_notebook_or_command_keeps_a_precision_rule_of_its_own():
