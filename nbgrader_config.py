@@ -73,8 +73,9 @@ from nbgrader.preprocessors import (  # noqa: E402
     SaveAutoGrades,
 )
 
-from autograder.grading import csp, ids, intake, sandbox  # noqa: E402
-from autograder.grading.inert import Inert  # noqa: E402
+from autograder.grading import ids, intake, sandbox  # noqa: E402
+from autograder.grading.pages import policy  # noqa: E402
+from autograder.grading.pages.inert import Inert  # noqa: E402
 from autograder.grading.nbgrader_ext import DeduplicateCells, GradeChecks, SandboxedExecute  # noqa: E402
 
 # A submission folder with a link, a device, a pipe or anything over the limits is refused before
@@ -108,11 +109,11 @@ c.Autograde.autograde_preprocessors = [
 # Nothing a student wrote, or their code displayed, runs in the browser of whoever views it: the
 # autograded notebook is made inert above, and HTMLExporter, which renders both the formgrader's
 # submission pages and generate_feedback's pages, makes whatever it renders inert again, so a
-# notebook autograded before or elsewhere is too (autograder.grading.inert). Both pages also forbid
-# scripts their templates did not write (autograder.grading.csp; the formgrader's through the server
+# notebook autograded before or elsewhere is too (autograder.grading.pages.inert). Both pages also forbid
+# scripts their templates did not write (autograder.grading.pages.policy; the formgrader's through the server
 # extension jupyter-config/instructor enables). What nbgrader itself prints there (a student id, a
 # path, a comment: a check's reason holds the learner's exception message) is text: on a feedback
-# page, guard_feedback adds pages.FeedbackText after nbgrader's GetGrades, and writes each page with
-# its comments as text, the course's policy and no other <meta http-equiv> (autograder.grading.pages).
+# page, guard_feedback adds escaping.FeedbackText after nbgrader's GetGrades, and writes each page with
+# its comments as text, the course's policy and no other <meta http-equiv> (autograder.grading.pages.escaping).
 c.HTMLExporter.preprocessors = [Inert]
-csp.guard_feedback()
+policy.guard_feedback()

@@ -13,7 +13,7 @@ import sys
 import warnings
 
 from autograder import record, registry
-from autograder.checking import check_exercise
+from autograder.checks.driver import check_exercise
 
 RESULT_MIME = "application/vnd.seqcourse.check+json"
 

@@ -20,7 +20,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
 from autograder import registry
-from autograder.checking import check_exercise
+from autograder.checks.driver import check_exercise
 from autograder.course import CourseError, assignments
 from autograder.mutants import source_of
 from autograder.release import HEADING, HINT, is_solution, lay_out

@@ -31,7 +31,9 @@ import time
 
 import torch
 
-from autograder import core, wire
+from autograder.checks import running, travel
+from autograder.checks.cases import CheckTimeout, DEFAULT_TIMEOUT_S
+from autograder import wire
 
 CASES = "AUTOGRADER_CASES"
 ORACLE = "AUTOGRADER_ORACLE"
@@ -73,11 +75,11 @@ def _run(ex, name, obj, namespace, oracle=None):
     found, used = [], set()
     with watching(namespace, ex["depends_on"], used, oracle, name):
         for i, (blob, grad, weights) in enumerate(ex["cases"]):
-            call = core.restored_call(torch.load(io.BytesIO(blob), weights_only=False))
+            call = travel.restored_call(torch.load(io.BytesIO(blob), weights_only=False))
             Served.case = i
-            o = core.run_call(ex["kind"], ex["train_mode"], obj, call, grad, weights, core.DEFAULT_TIMEOUT_S, ex["state_after"])
-            found.append(core.outcome_to_plain(o))
-            if isinstance(o.error, (NotImplementedError, core.CheckTimeout)):
+            o = running.run_call(ex["kind"], ex["train_mode"], obj, call, grad, weights, DEFAULT_TIMEOUT_S, ex["state_after"])
+            found.append(travel.outcome_to_plain(o))
+            if isinstance(o.error, (NotImplementedError, CheckTimeout)):
                 break  # the comparison stops at such a case too
     return found, used
 
@@ -136,7 +138,7 @@ def isolated(work, seconds):
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([r], [], [], left)[0]:
-                raise core.CheckTimeout(f"did not finish within {seconds:g} s (an endless loop?)")
+                raise CheckTimeout(f"did not finish within {seconds:g} s (an endless loop?)")
             chunk = os.read(r, 2**20)
             if not chunk:
                 break
@@ -198,10 +200,10 @@ def record(name, obj):
     """The test cell's work under grading: show the grader what `obj` computes."""
     from IPython.display import display
 
-    seconds = core.DEFAULT_TIMEOUT_S * (len(_exercise(name)["cases"]) * 2 + 1)
+    seconds = DEFAULT_TIMEOUT_S * (len(_exercise(name)["cases"]) * 2 + 1)
     try:
         blob = isolated(lambda: _sent(outcomes, name, obj), seconds)
-    except (core.CheckTimeout, RuntimeError) as e:
+    except (CheckTimeout, RuntimeError) as e:
         why = (type(e).__name__, str(e))
         blob = _sent(lambda: {"outcomes": [{"error": why}], "used": [], "replayed": None})
     display({MIME: base64.b64encode(blob).decode(), "text/plain": f"{name}: results sent to the grader"}, raw=True)
@@ -316,7 +318,7 @@ class Served(torch.autograd.Function):
         if "miss" in reply:
             raise Unservable(reply["miss"])
         result = reply["result"]
-        outs = core._tensors_in(result)
+        outs = running.tensors_in(result)
         floats = [o for o in outs if o.is_floating_point()]
         if floats and torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
             new = iter(Served.apply(oracle, reply["id"], len(inputs), *inputs, *floats))
@@ -335,7 +337,7 @@ class Served(torch.autograd.Function):
             return _served_object(name, oracle, ask)
 
         def served(*args, **kwargs):
-            inputs = [t for t in core._tensors_in((args, kwargs)) if t.is_floating_point()]
+            inputs = [t for t in running.tensors_in((args, kwargs)) if t.is_floating_point()]
             result, after = Served.answer(oracle, ask("call", args=portable(args), kwargs=portable(kwargs)), inputs)
             restore((args, kwargs), after)
             return result
@@ -373,7 +375,7 @@ def _served_module(name, own, oracle, ask):
 
     def forward(self, *args, **kwargs):
         named = list(self.named_parameters())
-        inputs = [t for t in core._tensors_in((args, kwargs)) if t.is_floating_point()] + [p for _, p in named]
+        inputs = [t for t in running.tensors_in((args, kwargs)) if t.is_floating_point()] + [p for _, p in named]
         request = ask("call", args=portable(args), kwargs=portable(kwargs), state=portable(dict(self.state_dict())),
                       training=self.training, params=[n for n, _ in named])
         result, after = Served.answer(oracle, request, inputs)
@@ -402,7 +404,7 @@ def _served_object(name, oracle, ask):
             return reply["value"]
 
         def method(*args, **kwargs):
-            inputs = [t for t in core._tensors_in((args, kwargs)) if t.is_floating_point()]
+            inputs = [t for t in running.tensors_in((args, kwargs)) if t.is_floating_point()]
             request = ask("call", state=self._state, method=attr, args=portable(args), kwargs=portable(kwargs))
             result, after = Served.answer(oracle, request, inputs)
             restore((args, kwargs), after[1:])

@@ -5,7 +5,7 @@ built by autograder.release.student_dist) ships neither the reference implementa
 nor the assignment modules with their mistake catalogs and hidden cases. For
 each notebook it ships instead autograder/data/NN_name.pt, a dict
 
-    {"format": 3, "exercises": [exercise, ...]}
+    {"format": 4, "exercises": [exercise, ...]}
 
 where an exercise holds the Exercise's fields (name, points, parts, kind,
 returns, depends_on, train_mode, state_after, notebook), its catalogued
@@ -18,11 +18,11 @@ mistakes as (name, sentence) pairs, and its public cases, each with
     expected   the reference's Outcome (outputs and gradients)
     weights    for a module exercise, the state dict the learner's module starts from
     mistakes   {mistake name: that mistake's forward-only Outcome}
-    variants   {name: (sentence, Outcome)}: the reference on changed inputs (autograder.relations.variants)
+    variants   {name: (sentence, Outcome)}: the reference on changed inputs (autograder.checks.variants)
 
 autograder.registry reads this data where the catalogs are absent: `load_all`
 rebuilds each Exercise from it, with Cases whose `expected`, `weights` and
-`mistake_outcomes` are set, and autograder.core then compares and names
+`mistake_outcomes` are set, and autograder.checks then compares and names
 mistakes exactly as it does with the reference at hand. Hidden cases are
 never written, so there they do not exist.
 """
@@ -32,16 +32,16 @@ from pathlib import Path
 
 import torch
 
-from autograder import core
-from autograder.core import Case, Exercise, Mistake
+from autograder.checks import travel
+from autograder.checks.cases import Case, Exercise, Mistake
 
 DATA = Path(__file__).resolve().parent / "data"
-FORMAT = 3
+FORMAT = 4
 
 
 def load_call(blob):
     """A fresh copy of a case's inputs, gradients included."""
-    return core.restored_call(torch.load(io.BytesIO(blob), weights_only=False))
+    return travel.restored_call(torch.load(io.BytesIO(blob), weights_only=False))
 
 
 def exercise_from(data):

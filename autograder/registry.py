@@ -12,7 +12,8 @@ import pkgutil
 import tomllib
 from pathlib import Path
 
-from autograder import core, reference_data
+from autograder.checks.cases import Mistake
+from autograder import reference_data
 
 _exercises = None
 
@@ -61,12 +62,12 @@ def _made(ex, module, name, entry):
     if unknown or "says" not in entry or ("swap" in entry) == ("written" in entry):
         raise ValueError(f"{module.__name__} mistake {where}: give says and either swap or written (found {', '.join(sorted(entry))})")
     if "written" in entry:
-        return core.Mistake(name, entry["says"], getattr(module, entry["written"]))
+        return Mistake(name, entry["says"], getattr(module, entry["written"]))
     swaps = entry["swap"] if isinstance(entry["swap"][0], list) else [entry["swap"]]
     edit = mutants.Edit(tuple((old, new, entry.get("every", False)) for old, new in swaps))
     # a reference factory (say, one that randomises a module's weights) edits what it wraps
     reference = getattr(ex.reference, "__wrapped__", ex.reference)
-    return core.Mistake(name, entry["says"], mutants.mutant(reference, edit, where), edit=edit)
+    return Mistake(name, entry["says"], mutants.mutant(reference, edit, where), edit=edit)
 
 
 def _load():

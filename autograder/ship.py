@@ -19,16 +19,18 @@ from pathlib import Path
 import nbformat
 import torch
 
-from autograder import core, registry, relations
+from autograder.checks import catalogue, comparing, running, travel, variants
+from autograder.checks.cases import Outcome
+from autograder import registry
 from autograder.mutants import source_of
 from autograder.reference_data import FORMAT
 
 HELPERS = "course_lib"
 REFERENCE = "solutions_lib"
-# autograder modules the checks need in a notebook and on the command line (`check`)
-SHIPPED = ("__init__.py", "__main__.py", "api.py", "checking.py", "core.py", "check_notebook.py", "course.py", "results.py",
+# autograder modules the checks need in a notebook and on the command line (`check`), and the check machinery's folder
+SHIPPED = ("__init__.py", "__main__.py", "api.py", "check_notebook.py", "course.py", "results.py",
            "pytest_plugin.py", "fixtures.py", "registry.py", "reference_data.py", "record.py",
-           "progress.py", "relations.py", "reveal.py", "wire.py")
+           "progress.py", "reveal.py", "wire.py", "yours.py", "my_gpt.py", "checks")
 
 
 class ShipError(Exception):
@@ -44,18 +46,18 @@ def exercise_data(ex):
     for case in ex.cases():
         if case.hidden:
             continue
-        want, weights = core.reference_outcome(ex, case)
+        want, weights = running.reference_outcome(ex, case)
         expected = _portable(want)
-        if not core.same_value(expected.outputs, want.outputs):
+        if not comparing.same_value(expected.outputs, want.outputs):
             raise ShipError(f"{ex.name} [{case.label}]: the reference returns something that cannot be stored")
         blob = io.BytesIO()
         call = case.make()
-        torch.save(core.portable_call(call), blob)
+        torch.save(travel.portable_call(call), blob)
         cases.append({
             "label": case.label, "part": case.part, "grad": case.grad, "call": blob.getvalue(), "raises": case.raises,
             "expected": expected, "weights": weights,
-            "mistakes": {m.name: _portable(core.mistake_outcome(ex, m, case)) for m in ex.mistakes},
-            "variants": {n: (says, _portable(out)) for n, (says, out) in relations.variant_outcomes(ex, case).items()},
+            "mistakes": {m.name: _portable(catalogue.mistake_outcome(ex, m, case)) for m in ex.mistakes},
+            "variants": {n: (says, _portable(out)) for n, (says, out) in variants.variant_outcomes(ex, case).items()},
         })
         foreign = _not_shipped_modules(pickled_modules(blob.getvalue()))
         if foreign:
@@ -69,7 +71,7 @@ def exercise_data(ex):
 
 def _portable(outcome):
     """The outcome without autograd graphs, its error one that loads anywhere."""
-    return core.Outcome(outputs=core.plain(outcome.outputs), grads=core.plain(outcome.grads), error=_portable_error(outcome.error))
+    return Outcome(outputs=travel.plain(outcome.outputs), grads=travel.plain(outcome.grads), error=_portable_error(outcome.error))
 
 
 def _portable_error(error):
@@ -187,7 +189,11 @@ def write_package(root, dest, without=()):
     package = dest / "autograder"
     package.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED:
-        shutil.copy(Path(root) / "autograder" / name, package / name)
+        source = Path(root) / "autograder" / name
+        if source.is_dir():
+            shutil.copytree(source, package / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, package / name)
     if not (Path(root) / HELPERS / "__init__.py").is_file():
         raise ShipError(f"{Path(root) / HELPERS} is missing: the notebooks import it")
     (dest / HELPERS).mkdir()

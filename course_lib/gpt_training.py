@@ -1,7 +1,7 @@
 """Notebook 10's recipe as a command: train a GPT on Tiny Shakespeare, and sample from it.
 
 One training loop for two commands, which differ only in the building blocks (`Parts`) they hand it:
-`python -m course_lib.my_gpt train`, on your GPT, get_batch, ... from your notebook 10, and the
+`python -m autograder.my_gpt train`, on your GPT, get_batch, ... from your notebook 10, and the
 course's reference command, on the reference's blocks with fused kernels (the instructor's and the
 benchmarks', which a class's distribution does not ship).
 
@@ -147,7 +147,7 @@ class Parts:
     encode: Callable = course_gpt.encode  # (text, merges) -> ids
     decode: Callable = course_gpt.decode  # (ids, merges) -> text
     build: Callable = lambda model: model
-    prog: str = "python -m course_lib.my_gpt"
+    prog: str = "python -m autograder.my_gpt"
 
 
 class Missing(Exception):

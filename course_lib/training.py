@@ -4,7 +4,7 @@ The precision is one rule for every loop, notebooks and commands (amp_choice, pr
 hardware multiplies it, float16 with a gradient scaler on GPUs without bfloat16 units, float32 elsewhere; autocast
 around the forward pass and the loss only. machine_class names what a run is for the figures the text expects of it.
 The reference's command of notebook 08 (dates) and the GPT commands of notebook 10 (`course_lib.gpt_training`:
-`python -m course_lib.my_gpt` on your own GPT, and the reference's) train with the rest too.
+`python -m autograder.my_gpt` on your own GPT, and the reference's) train with the rest too.
 """
 import contextlib
 import os

@@ -158,13 +158,14 @@ def judged_in_process(notebook, namespace, only=None):
     process: what each check sends (autograder.record, the reference's answers served by an in-process
     autograder.grading.replay oracle), judged by autograder.grading.verdict. record.CASES must be set.
     `only`: the exercises to judge (default all)."""
-    from autograder import core, record
+    from autograder.checks import travel
+    from autograder import record
     from autograder.grading import replay, verdict
 
     reports = {}
     for ex in [ex for ex in registry.for_notebook(notebook) if only is None or ex.name in only]:
         sent = record.outcomes(ex.name, namespace.get(ex.name), namespace, oracle=replay.InProcess(notebook, reports))
-        found = verdict._padded(ex, [core.outcome_from_plain(d) for d in sent["outcomes"]])
-        replayed = None if sent["replayed"] is None else verdict._padded(ex, [core.outcome_from_plain(d) for d in sent["replayed"]])
+        found = verdict._padded(ex, [travel.outcome_from_plain(d) for d in sent["outcomes"]])
+        replayed = None if sent["replayed"] is None else verdict._padded(ex, [travel.outcome_from_plain(d) for d in sent["replayed"]])
         reports[ex.name] = verdict.judge(ex, found, reports, sent["used"], replayed)
     return reports

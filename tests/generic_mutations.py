@@ -6,7 +6,7 @@ neighbouring axis, a bias dropped, the output scaled by sqrt(d), two arguments s
 forgotten. Each is an edit of the reference's own source (or, for the shift and the scale, of its output),
 checked on the public cases as a learner's code is. The check's message is then
 
-    named    a catalogued mistake (counted apart too), or a sentence of autograder.relations of the
+    named    a catalogued mistake (counted apart too), or a sentence of autograder.checks' diagnoses of the
              mutation's kind, or the line of the learner's code that raised, when it is the mutated line
     wrong    a sentence of another kind: worse than none
     silent   nothing beyond how the output differs
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import torch
 
 from autograder import api, registry
-from autograder.checking import check_exercise
-from autograder.core import reference_module, run_call
+from autograder.checks.driver import check_exercise
+from autograder.checks.running import reference_module, run_call
 from autograder.mutants import mutant, swap
 
 KINDS = {  # the kind of a mutation: words a right sentence about it uses

@@ -29,9 +29,6 @@ LAZY = [
     (("autograder.fixtures",), ("course_lib.attention",),
      "the grading sandbox of notebook 05 has no course_lib SelfAttention (autograder.grading.views): only the fixture "
      "built on it imports it, when it is built"),
-    (("course_lib.yours",), ("autograder.registry", "autograder.progress"),
-     "the one import up across packages (see UPWARD): `yours` reads the catalogue and a saved notebook's checks only "
-     "when a learner's notebook calls it"),
     (("autograder.api", "autograder.record"), ("IPython", "ipykernel"),
      "there only inside a kernel: the checks also run in plain Python (the tests, record's child process)"),
     (("autograder.record",), ("resource",), "Unix only: a learner's `check` runs on Windows too"),
@@ -45,13 +42,6 @@ LAZY = [
     (("autograder.release.site",), ("sphinx", "myst_nb"),
      "the `site` extra of pyproject.toml: `make site` installs it, and `build` says so when it is missing"),
 ]
-# Imports from a package to one above it (PACKAGES), with the reason each is not yet gone.
-UPWARD = {
-    ("course_lib.yours", "autograder.registry"): "yours() finds an exercise's notebook and what it builds on in the catalogue",
-    ("course_lib.yours", "autograder.progress"): "yours() reads the results a saved notebook's check cells hold",
-}
-
-
 @dataclass(frozen=True)
 class Import:
     importer: str
@@ -193,10 +183,7 @@ def test_packages_import_downward_only():
     known, imports = all_imports()
     upward = [i for i in imports if i.target in known
               and PACKAGES.index(package_of(i.target)) > PACKAGES.index(package_of(i.importer))]
-    unexplained = [str(i) for i in upward if (i.importer, i.target) not in UPWARD]
-    assert not unexplained, "imports up across packages (" + " < ".join(PACKAGES) + "):\n" + "\n".join(unexplained)
-    assert {(i.importer, i.target) for i in upward} == set(UPWARD), "UPWARD names an import that is gone"
-    assert all(i.in_function for i in upward), "an import up across packages at the top of a module"
+    assert not upward, "imports up across packages (" + " < ".join(PACKAGES) + "):\n" + "\n".join(map(str, upward))
 
 
 def test_imports_inside_functions_are_the_allowed_few():
@@ -224,13 +211,20 @@ def test_lazy_imports_of_unshipped_modules_are_of_unshipped_modules():
 
 
 def test_the_check_machinery_and_the_formgrader_pages_are_layered():
-    """Issue 49's two circles: the driver of a check is above core and relations, the policy above the pages."""
+    """Issue 49's two circles are gone for good: each room of autograder.checks and of autograder.grading.pages
+    imports only the rooms its package's docstring lists above it."""
     known, imports = all_imports()
     edges = graph(known, imports)
-    assert "autograder.relations" in edges["autograder.checking"] and "autograder.core" in edges["autograder.checking"]
-    assert "autograder.core" in edges["autograder.relations"] and "autograder.relations" not in edges["autograder.core"]
-    assert "autograder.grading.pages" in edges["autograder.grading.csp"]
-    assert "autograder.grading.csp" not in edges["autograder.grading.pages"]
+    for package in ("autograder.checks", "autograder.grading.pages"):
+        folder = ROOT.joinpath(*package.split("."))
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text(encoding="utf-8")))
+        rooms = [line.split()[0] for line in doc.split("list:", 1)[1].splitlines() if line.startswith("    ") and not line.startswith("     ")]
+        assert sorted(rooms) == sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__"), f"{package}'s docstring lists every room, once"
+        for i, room in enumerate(rooms):
+            uses = {m.removeprefix(package + ".") for m in edges[f"{package}.{room}"] if m.startswith(package + ".")}
+            assert uses <= set(rooms[:i]), f"{package}.{room} imports {sorted(uses - set(rooms[:i]))}, not above it"
+    assert "autograder.checks.relations" in edges["autograder.checks.driver"]
+    assert "autograder.grading.pages.escaping" in edges["autograder.grading.pages.policy"]
 
 
 # ---------------------------------------------------------------- the checker itself, on a planted package

@@ -1,4 +1,4 @@
-"""autograder.relations: how a wrong tensor relates to the reference's, named only when it holds on
+"""autograder.checks.relations and .variants: how a wrong tensor relates to the reference's, named only when it holds on
 every failed case; and, end to end, the sentence a check adds when no catalogued mistake matches."""
 import math
 
@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from autograder import CheckFailed, api, check, registry
-from autograder.checking import check_exercise
+from autograder.checks.driver import check_exercise
 from autograder.mutants import mutant, swap
-from autograder.relations import axis_names, relate
+from autograder.checks.docstrings import axis_names
+from autograder.checks.relations import relate
 
 SHAPES = [(2, 5, 9), (3, 7, 16), (1, 6, 25)]  # B, T, d: d differs between cases, and from 4 (sqrt(4) = 2)
 NAMES = ["B", "T", "d"]
@@ -241,17 +242,17 @@ def test_a_bias_left_out_and_two_arguments_swapped_are_named(monkeypatch):
 
 
 def test_changes_that_compute_the_same_thing_are_not_named():
-    from autograder.core import Outcome
-    from autograder.relations import _by_variant
+    from autograder.checks.cases import Outcome
+    from autograder.checks.variants import by_variant
 
     ex, _ = learners("rnn_cell", "h_prev @ W_hh.T", "h_prev @ W_hh")
     case = ex.cases()[0]
     same = Outcome(outputs=(torch.ones(2),))
     case.variant_outcomes = {"a": ("what a.", same), "b": ("what b.", same)}
     want = Outcome(outputs=(torch.zeros(2),))
-    assert _by_variant(ex, [(case, same)], [want]) == ""
+    assert by_variant(ex, [(case, same)], [want]) == ""
     case.variant_outcomes = {"a": ("what a.", same)}
-    assert _by_variant(ex, [(case, same)], [want]) == "Your output is what a."
+    assert by_variant(ex, [(case, same)], [want]) == "Your output is what a."
 
 
 def test_nan_where_a_row_had_nothing_to_divide(monkeypatch):
@@ -317,7 +318,7 @@ def test_a_dim_is_named_by_the_docstrings_axes(monkeypatch):
 
 
 def test_nothing_is_said_when_the_traceback_never_reaches_the_learners_code():
-    from autograder.relations import raised_at
+    from autograder.checks.raised import raised_at
 
     try:
         torch.zeros(2) + torch.zeros(3)
@@ -343,14 +344,16 @@ def test_a_missing_raise_costs_its_part(monkeypatch):
 
 
 def test_inputs_are_printed_with_four_significant_digits():
-    from autograder.core import Call, describe_inputs
+    from autograder.checks.cases import Call
+    from autograder.checks.comparing import describe_inputs
 
     assert describe_inputs(Call((torch.tensor([[-1.391, 0.20346]]), torch.tensor([3, 4]))), ["x", "ids"]) == [
         "x: (1, 2) float32 = [[-1.391, 0.2035]]", "ids: (2,) int64 = [3, 4]"]
 
 
 def test_a_model_among_the_inputs_is_one_line_not_its_repr():
-    from autograder.core import Call, describe_inputs
+    from autograder.checks.cases import Call
+    from autograder.checks.comparing import describe_inputs
 
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2)).double().eval()
     assert describe_inputs(Call((model, 5)), ["model", "steps"]) == [
@@ -395,7 +398,7 @@ def test_right_on_every_case_but_one_kind():
 
 
 def test_reading_the_line_that_raised_is_bounded_in_time():
-    from autograder.relations import raised_at
+    from autograder.checks.raised import raised_at
 
     class Endless(torch.nn.Module):
         def forward(self, x):

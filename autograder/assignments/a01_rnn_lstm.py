@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 import solutions_lib.rnn as ref
-from autograder.core import Call, Case, Exercise
+from autograder.checks.cases import Call, Case, Exercise
 from autograder.inputs import Draw, dims
 
 NOTEBOOK = "01_rnn_lstm"

@@ -6,7 +6,7 @@ mistake is an edit of the reference's source (autograder.mutants).
 import torch
 
 import solutions_lib.markov as ref
-from autograder.core import Call, Case, Exercise
+from autograder.checks.cases import Call, Case, Exercise
 from autograder.inputs import Draw, dims
 
 NOTEBOOK = "02_markov_to_attention"

@@ -6,7 +6,7 @@ and parameter names, so the check can load the reference weights.
 """
 import torch
 
-from autograder.core import Call, Case, Exercise
+from autograder.checks.cases import Call, Case, Exercise
 from autograder.inputs import Draw, dims
 from solutions_lib import seq2seq_attention as ref
 

@@ -3,7 +3,7 @@ import functools
 
 import torch
 
-from autograder.core import Call, Case, Exercise
+from autograder.checks.cases import Call, Case, Exercise
 from autograder.fixtures import SelfAttentionFunction
 from autograder.inputs import Draw, dims
 from solutions_lib import positional as ref

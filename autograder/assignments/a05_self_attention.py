@@ -2,7 +2,7 @@
 import torch
 
 import solutions_lib as sl
-from autograder.core import Call, Case, Exercise
+from autograder.checks.cases import Call, Case, Exercise
 from autograder.inputs import Draw, dims
 
 NOTEBOOK = "05_self_attention"

@@ -4,7 +4,7 @@ from torch import nn
 
 import solutions_lib as sl
 from solutions_lib import multihead as mh
-from autograder.core import Call, Case, Exercise
+from autograder.checks.cases import Call, Case, Exercise
 from autograder.inputs import Draw, dims
 
 NOTEBOOK = "06_multi_head_attention"

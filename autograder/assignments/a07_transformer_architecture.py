@@ -7,7 +7,7 @@ import torch
 
 import solutions_lib as sl
 from solutions_lib import transformer as tf
-from autograder.core import Call, Case, Exercise
+from autograder.checks.cases import Call, Case, Exercise
 from autograder.inputs import Draw, dims, with_random_norms
 
 NOTEBOOK = "07_transformer_architecture"

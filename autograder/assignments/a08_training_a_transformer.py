@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import solutions_lib.training as ref
-from autograder.core import Call, Case, Exercise
+from autograder.checks.cases import Call, Case, Exercise
 from autograder.fixtures import CopyModel, LinearWarmup
 from autograder.inputs import Draw, dims
 from course_lib.transformer import Transformer  # PyTorch-backed: the student distribution stores these cases (autograder.fixtures)

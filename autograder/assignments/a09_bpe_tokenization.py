@@ -7,7 +7,7 @@ encode also hold characters no corpus contains (emoji, CJK, Greek).
 """
 import random
 
-from autograder.core import Call, Case, Exercise
+from autograder.checks.cases import Call, Case, Exercise
 from solutions_lib import bpe
 
 NOTEBOOK = "09_bpe_tokenization"

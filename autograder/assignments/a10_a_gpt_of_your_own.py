@@ -12,7 +12,7 @@ halved, flatter distributions where greedy decoding often misses the likeliest c
 """
 import torch
 
-from autograder.core import Call, Case, Exercise
+from autograder.checks.cases import Call, Case, Exercise
 from autograder.inputs import Draw, dims, with_random_norms
 from course_lib.gpt import CacheSteps, PrefilledCache, TinyGPT  # what the student distribution can load (autograder.fixtures)
 from solutions_lib import gpt

@@ -34,7 +34,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from autograder.grading import csp, gradebook, ids, intake, limits, nbgrader_jobs, sandbox, views
+from autograder.grading import gradebook, ids, intake, limits, nbgrader_jobs, sandbox, views
+from autograder.grading.pages import policy
 from autograder.course import CourseError, assignments, digest, find_root, sqlite_url, tool_env
 from autograder.nbgrader_api import api_for, generate_assignments
 
@@ -414,7 +415,7 @@ class Grader:
         out = self.course / "feedback" / student / folder
         out.mkdir(parents=True, exist_ok=True)
         for stem in sorted({p.stem for p in submitted.glob("*.ipynb") if not p.is_symlink() and p.is_file()} or {folder}):
-            (out / f"{stem}.html").write_text(csp.with_policy(PROBLEM_PAGE.format(assignment=html.escape(folder), reason=html.escape(reason))))
+            (out / f"{stem}.html").write_text(policy.with_policy(PROBLEM_PAGE.format(assignment=html.escape(folder), reason=html.escape(reason))))
         for extra in ("timestamp.txt", "submission_secret.txt"):  # what nbgrader's release_feedback needs
             data = intake.read_small(submitted / extra)
             if data is not None:

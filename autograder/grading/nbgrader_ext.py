@@ -15,7 +15,7 @@ from traitlets import Unicode
 
 from nbgrader.preprocessors import DeduplicateIds, Execute, NbGraderPreprocessor
 
-from autograder import core
+from autograder.checks import running
 from autograder.course import find_root
 from autograder.grading import replay, sandbox, verdict, views
 from autograder.grading.limits import Limits
@@ -99,7 +99,7 @@ class SandboxedExecute(Execute):
         if ex is None:
             return
         try:
-            with core.time_limit(self.limits.verdict_seconds, verdict.OutOfTime()):
+            with running.time_limit(self.limits.verdict_seconds, verdict.OutOfTime()):
                 report, why = verdict.verdict(ex, cell, self._reports, self.limits.result_mb * 2**20)
         except verdict.OutOfTime:
             report, why = None, f"the grader's comparison did not finish within its {self.limits.verdict_seconds} s"

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from autograder import core, registry, wire
+from autograder.checks import comparing, running, travel
+from autograder import registry, wire
 from autograder.record import _stateful, portable
 
 MAX_REQUESTS = 200_000  # per sandbox: far more than any notebook's checks make
@@ -73,11 +74,11 @@ def mistaken(exercise, case):
 def _record(ex, case, impl=None):
     """The calls the reference (or `impl`, one of its mistakes, which may fail) makes into earlier exercises on `case`."""
     calls = []
-    ref = core.reference_module(ex, case)
+    ref = running.reference_module(ex, case)
     weights = ref.state_dict() if ref is not None else None
     wrapped = {dep: _recorder(dep, _real(dep), calls) for dep in ex.depends_on}
     with in_place(wrapped), torch.random.fork_rng():
-        done = core.run_call(ex.kind, ex.train_mode, impl or ex.reference, case.make(), False, weights, None, ex.state_after)
+        done = running.run_call(ex.kind, ex.train_mode, impl or ex.reference, case.make(), False, weights, None, ex.state_after)
     if done.error is not None and impl is None:
         raise RuntimeError(f"recording {ex.name} [{case.label}] failed: {done.error!r}") from done.error
     return calls
@@ -153,20 +154,20 @@ def _graph(fn, args, kwargs, signature_of, skip_self=False, module=None):
     """A closure that computes fn again on copies of the arguments, with gradients: (its float outputs,
     the float inputs in the order of fn's parameters, {name: parameter} of `module()`, whose forward is fn);
     None where no gradient can flow (no float tensor among the arguments, no module)."""
-    if module is None and not any(t.is_floating_point() for t in core._tensors_in((args, kwargs))):
+    if module is None and not any(t.is_floating_point() for t in running.tensors_in((args, kwargs))):
         return None
     args, kwargs = _snapshot(args), _snapshot(kwargs)
 
     @torch.enable_grad()
     def recompute():
         a, k = _snapshot(args), _snapshot(kwargs)
-        inputs = [t for t in core._tensors_in(list((_bound(signature_of, a, k, skip_self) or {}).values())) if t.is_floating_point()]
+        inputs = [t for t in running.tensors_in(list((_bound(signature_of, a, k, skip_self) or {}).values())) if t.is_floating_point()]
         for t in inputs:
             t.requires_grad_(True)
         built = module() if module is not None else None
         out = (built.forward if built is not None else fn)(*a, **k)
         params = dict(built.named_parameters()) if built is not None else {}
-        return [o for o in core._tensors_in(out) if o.is_floating_point()], inputs, params
+        return [o for o in running.tensors_in(out) if o.is_floating_point()], inputs, params
 
     return recompute
 
@@ -214,7 +215,7 @@ def _recorder(dep, real, calls):
         bound = _plain_bound(real, args, kwargs)
         graph = _graph(real, args, kwargs, real)
         result = real(*args, **kwargs)
-        calls.append(Recorded(dep, "call", bound, answer={"result": core.plain(result), "after": _after(args, kwargs)}, recompute=graph))
+        calls.append(Recorded(dep, "call", bound, answer={"result": travel.plain(result), "after": _after(args, kwargs)}, recompute=graph))
         return result
 
     recorder.__name__ = dep
@@ -242,7 +243,7 @@ def _module_recorder(dep, real, calls):
             graph = _graph(None, args, kwargs, real.forward, skip_self=True, module=fresh)
             result = super().forward(*args, **kwargs)
             calls.append(Recorded(dep, "call", bound, state=portable(weights), training=training, recompute=graph,
-                                  answer={"result": core.plain(result), "after": _after(args, kwargs)}))
+                                  answer={"result": travel.plain(result), "after": _after(args, kwargs)}))
             return result
 
     Recording.__name__ = Recording.__qualname__ = real.__name__
@@ -257,7 +258,7 @@ def _object_recorder(dep, real, calls):
         def __getattr__(self, attr):
             value, state = getattr(self._real, attr), portable(vars(self._real))
             if not callable(value):
-                calls.append(Recorded(dep, "get", {"name": attr}, state=state, answer={"value": core.plain(value)}))
+                calls.append(Recorded(dep, "get", {"name": attr}, state=state, answer={"value": travel.plain(value)}))
                 return value
             calls.append(Recorded(dep, "get", {"name": attr}, state=state, answer={"callable": True}))
 
@@ -267,7 +268,7 @@ def _object_recorder(dep, real, calls):
                 graph = _graph(lambda *a, **k: getattr(_snapshot(before), attr)(*a, **k), args, kwargs, value)
                 result = value(*args, **kwargs)
                 calls.append(Recorded(dep, "call", {"method": attr, **bound}, state=state, recompute=graph,
-                                      answer={"result": core.plain(result), "after": [portable(vars(self._real)), *_after(args, kwargs)]}))
+                                      answer={"result": travel.plain(result), "after": [portable(vars(self._real)), *_after(args, kwargs)]}))
                 return result
 
             return method
@@ -346,20 +347,20 @@ class Oracle:
 
     def _matches(self, rec, r):
         if rec.op == "get":
-            return r.get("name") == rec.bound["name"] and core.same_value(r.get("state"), rec.state)
+            return r.get("name") == rec.bound["name"] and comparing.same_value(r.get("state"), rec.state)
         real, args, kwargs = _real(rec.dep), r.get("args", ()), r.get("kwargs", {})
         if not (isinstance(args, tuple) and isinstance(kwargs, dict) and all(isinstance(k, str) for k in kwargs)):
             return False
         if rec.op == "build":
-            return core.same_value(_plain_bound(real.__init__, args, kwargs, skip_self=True), rec.bound)
+            return comparing.same_value(_plain_bound(real.__init__, args, kwargs, skip_self=True), rec.bound)
         if isinstance(real, type) and issubclass(real, torch.nn.Module):
-            return (r.get("training") == rec.training and core.same_value(r.get("state"), rec.state)
-                    and core.same_value(_plain_bound(real.forward, args, kwargs, skip_self=True), rec.bound))
+            return (r.get("training") == rec.training and comparing.same_value(r.get("state"), rec.state)
+                    and comparing.same_value(_plain_bound(real.forward, args, kwargs, skip_self=True), rec.bound))
         if isinstance(real, type):
             method = getattr(real, str(r.get("method")), None)
             found = _plain_bound(method, args, kwargs, skip_self=True) if callable(method) else None
-            return found is not None and core.same_value(r.get("state"), rec.state) and core.same_value({"method": r.get("method"), **found}, rec.bound)
-        return core.same_value(_plain_bound(real, args, kwargs), rec.bound)
+            return found is not None and comparing.same_value(r.get("state"), rec.state) and comparing.same_value({"method": r.get("method"), **found}, rec.bound)
+        return comparing.same_value(_plain_bound(real, args, kwargs), rec.bound)
 
     @staticmethod
     def _order(rec, r):

@@ -17,7 +17,9 @@ import warnings
 import torch
 from nbformat.v4 import new_output
 
-from autograder import checking, core, registry, wire
+from autograder.checks import driver, running, travel
+from autograder.checks.cases import Outcome
+from autograder import registry, wire
 from autograder.api import RESULT_MIME, explain, result_data
 from autograder.grading.replay import own_right
 from autograder.record import MIME
@@ -32,9 +34,9 @@ def cases_for(notebook):
         for ex in registry.for_notebook(notebook):
             cases = []
             for case in ex.cases():
-                ref = core.reference_module(ex, case)
+                ref = running.reference_module(ex, case)
                 blob = io.BytesIO()
-                torch.save(core.portable_call(case.make()), blob)
+                torch.save(travel.portable_call(case.make()), blob)
                 cases.append((blob.getvalue(), case.grad, ref.state_dict() if ref is not None else None))
             exercises[ex.name] = {"kind": ex.kind, "train_mode": ex.train_mode, "state_after": ex.state_after,
                                   "depends_on": tuple(ex.depends_on), "cases": cases}
@@ -63,8 +65,8 @@ def sent_back(cell, max_bytes):
             and (data.get("replayed") is None or isinstance(data["replayed"], list))):
         return None, "its results could not be read (not what a check sends)"
     replayed = data.get("replayed")
-    return ([core.outcome_from_plain(d) for d in data["outcomes"]], {str(u) for u in data["used"]},
-            None if replayed is None else [core.outcome_from_plain(d) for d in replayed]), ""
+    return ([travel.outcome_from_plain(d) for d in data["outcomes"]], {str(u) for u in data["used"]},
+            None if replayed is None else [travel.outcome_from_plain(d) for d in replayed]), ""
 
 
 def verdict(ex, cell, earlier=None, max_bytes=64 * 2**20):
@@ -82,7 +84,7 @@ def verdict(ex, cell, earlier=None, max_bytes=64 * 2**20):
 
 def _padded(ex, outcomes):
     n = len(ex.cases())
-    return (outcomes + [core.Outcome(error=RuntimeError("this case was not run"))] * n)[:n]
+    return (outcomes + [Outcome(error=RuntimeError("this case was not run"))] * n)[:n]
 
 
 def judge(ex, outcomes, earlier, used=(), replayed=None):
@@ -92,10 +94,10 @@ def judge(ex, outcomes, earlier, used=(), replayed=None):
     and keeps the better report. So it earns its points on its own code, and only on it."""
     with warnings.catch_warnings():  # a catalogued mistake may warn; the learner's feedback shows none of it
         warnings.simplefilter("ignore")
-        report = checking.check_exercise(ex, None, hidden=True, outcomes=outcomes)
+        report = driver.check_exercise(ex, None, hidden=True, outcomes=outcomes)
         wrong = tuple(d for d in ex.depends_on if d in used and not own_right(earlier.get(d)))
         if report.fraction < 1 and wrong and replayed is not None:
-            other = checking.check_exercise(ex, None, hidden=True, outcomes=replayed)
+            other = driver.check_exercise(ex, None, hidden=True, outcomes=replayed)
             if other.score > report.score or other.score == report.score and named(other) and not named(report):
                 other.through = wrong
                 return other
@@ -118,7 +120,7 @@ def grade_test_cells(nb, seconds=None, max_bytes=64 * 2**20, known=None):
     known = known or {}
     passed, reports, late = {}, {}, None
     try:
-        with core.time_limit(seconds, OutOfTime()):
+        with running.time_limit(seconds, OutOfTime()):
             for index, cell in enumerate(nb.cells):
                 ex = exercise_of(cell)
                 if ex is None:

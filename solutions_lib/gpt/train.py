@@ -1,7 +1,7 @@
 """`python -m solutions_lib.gpt train | sample`: notebook 10's recipe on the reference's blocks, with fused kernels.
 
 The instructor's and the benchmarks' command; a learner runs the same loop on their own notebook
-with `python -m course_lib.my_gpt`. The loop, the recipes and the checkpoints: course_lib.gpt_training.
+with `python -m autograder.my_gpt`. The loop, the recipes and the checkpoints: course_lib.gpt_training.
 """
 from course_lib import gpt_training
 from course_lib.gpt_training import Config, learning_rate, recipe  # noqa: F401  (tests and benchmarks import them from here)

@@ -164,7 +164,7 @@ for db in glob.glob("{COURSE}/.autograder/gradebooks/*/*.db") + ["{COURSE}/grade
 """,
     "writes_outside_its_folder": """
 import pathlib, site
-pathlib.Path("{ROOT}/autograder/core.py").write_text("compare_outcomes = lambda *a, **k: ''")
+pathlib.Path("{ROOT}/autograder/checks/comparing.py").write_text("compare_outcomes = lambda *a, **k: ''")
 pathlib.Path(site.getsitepackages()[0], "zz_seqcourse_planted.pth").write_text("import os\\n")
 pathlib.Path("{COURSE}/grades.csv").write_text("forged")
 """,
@@ -175,13 +175,14 @@ socket.create_connection(("127.0.0.1", {PORT}), timeout=5).sendall(b"answers, pl
     "copies_the_public_answers": """
 import io, torch
 from IPython.display import display
-from autograder import core, record
+from autograder.checks import travel
+from autograder import record
 public = {ex["name"]: ex for ex in torch.load("/course/autograder/data/05_self_attention.pt", weights_only=False)["exercises"]}
 cases = torch.load(record.os.environ[record.CASES], weights_only=False)
 
 def answers(name):
     known = {c["call"]: c["expected"] for c in public[name]["cases"]}
-    return [core.outcome_to_plain(known[blob]) if blob in known else {"error": ("RuntimeError", "unknown")}
+    return [travel.outcome_to_plain(known[blob]) if blob in known else {"error": ("RuntimeError", "unknown")}
             for blob, _, _ in cases[name]["cases"]]
 
 def check(name, obj):
@@ -509,7 +510,7 @@ CATALOG = {
     "wrong_kernel_name": (lambda: kernel(complete(), "julia-1.9"), FULL, None),
     # tampering: no credit for what was tampered with, and the feedback says why
     "rebinds_check": (lambda: with_cell("check = lambda *args, **kwargs: None", after="setup", nb=blank()), 0, "the check did not run"),
-    "patches_the_comparison": (lambda: with_cell("import autograder.core as c\nc.compare_outcomes = lambda *a, **k: ''\nc.compare_value = lambda *a, **k: ''", after="setup",
+    "patches_the_comparison": (lambda: with_cell("import autograder.checks.comparing as c\nc.compare_outcomes = lambda *a, **k: ''\nc.compare_value = lambda *a, **k: ''", after="setup",
                                                  nb=complete(sdpa("    w = torch.zeros(*q.shape[:-1], k.shape[-2])\n    return w @ v, w\n"))), FULL - SDPA, "off by"),
     "patches_torch_comparisons": (lambda: with_cell("import torch\ntorch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\ntorch.testing.assert_close = lambda *a, **k: None", after="setup",
                                                     nb=complete(sdpa("    w = torch.zeros(*q.shape[:-1], k.shape[-2])\n    return w @ v, w\n"))), FULL - SDPA, None),

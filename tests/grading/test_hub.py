@@ -266,7 +266,7 @@ def hostile_notebook(released, solution, classmate_home, her_page):
     nb = fill_submission(released, solution)
     nb.cells.append(nbformat.v4.new_markdown_cell(f"<img src=x onerror=\"{payload('hub-md')}\"> "
                                                   f"[their work](file://{classmate_home}/{NAME}/{NAME}.ipynb)"))
-    # a link in what her code displays: the formgrader keeps it clickable (autograder.grading.inert)
+    # a link in what her code displays: the formgrader keeps it clickable (autograder.grading.pages.inert)
     nb.cells.append(nbformat.v4.new_code_cell("from IPython.display import HTML, display\n"
                                               f"display(HTML('<a href=\"{her_page}\">see my attention heatmap</a>'))"))
     code = nbformat.v4.new_code_cell("1")

@@ -1,5 +1,5 @@
-"""What a student produced is inert where it is viewed (autograder.grading.inert) and the pages that show
-it forbid scripts their templates did not write (autograder.grading.csp). The browser proves it end to
+"""What a student produced is inert where it is viewed (autograder.grading.pages.inert) and the pages that show
+it forbid scripts their templates did not write (autograder.grading.pages.policy). The browser proves it end to
 end (tests/learner/test_browser.py); these say which piece keeps which payload out, without one."""
 import base64
 from html.parser import HTMLParser
@@ -9,8 +9,8 @@ import pytest
 from nbconvert import HTMLExporter
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
 
-from autograder.grading import csp
-from autograder.grading.inert import RESULT_MIME, _as_text, clean_html, inert, inert_output
+from autograder.grading.pages import policy
+from autograder.grading.pages.inert import RESULT_MIME, _as_text, clean_html, inert, inert_output
 
 JS = "alert(1)"
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(40)).decode()
@@ -172,21 +172,21 @@ def test_clean_html_keeps_pictures_and_links_to_pages_only():
 
 def test_the_formgrader_policy_trusts_the_response_s_nonce_and_nbgrader_s_template_handlers_only():
     """Nothing of the page being served decides what runs: a planted handler's hash is never allowed."""
-    policy = csp.formgrader_policy("n0nce")
-    script_src = next(p for p in policy.split(";") if p.strip().startswith("script-src"))
-    assert "'nonce-n0nce'" in script_src and csp._hash("toggle_name(true);") in script_src
-    assert csp._hash("alert(1)") not in script_src and csp._hash("alert(2)") not in script_src
+    header = policy.formgrader_policy("n0nce")
+    script_src = next(p for p in header.split(";") if p.strip().startswith("script-src"))
+    assert "'nonce-n0nce'" in script_src and policy._hash("toggle_name(true);") in script_src
+    assert policy._hash("alert(1)") not in script_src and policy._hash("alert(2)") not in script_src
     assert "'unsafe-inline'" not in script_src and "'self'" not in script_src
-    assert "frame-src 'none'" in policy and "object-src 'none'" in policy
+    assert "frame-src 'none'" in header and "object-src 'none'" in header
 
 
 def test_a_feedback_page_carries_its_policy_before_anything_it_governs():
-    page = csp.with_policy("<!DOCTYPE html><html><head><script>1</script></head><body></body></html>")
+    page = policy.with_policy("<!DOCTYPE html><html><head><script>1</script></head><body></body></html>")
     head = page.split("<head>", 1)[1]
     assert head.lstrip().startswith('<meta http-equiv="Content-Security-Policy"')
-    assert "script-src " in csp.FEEDBACK_POLICY and "'unsafe-inline'" not in csp.FEEDBACK_POLICY.split("style-src")[0]
-    assert "connect-src" not in csp.FEEDBACK_POLICY and "default-src 'none'" in csp.FEEDBACK_POLICY  # no requests at all
-    assert "img-src data:;" in csp.FEEDBACK_POLICY  # not even for a picture: opening the page tells no server who read it
+    assert "script-src " in policy.FEEDBACK_POLICY and "'unsafe-inline'" not in policy.FEEDBACK_POLICY.split("style-src")[0]
+    assert "connect-src" not in policy.FEEDBACK_POLICY and "default-src 'none'" in policy.FEEDBACK_POLICY  # no requests at all
+    assert "img-src data:;" in policy.FEEDBACK_POLICY  # not even for a picture: opening the page tells no server who read it
 
 
 def test_mathjax_never_typesets_what_the_learner_displayed():

@@ -1,5 +1,5 @@
-"""What nbgrader prints from the gradebook is text on every page (autograder.grading.pages), and every formgrader
-response carries a policy that trusts nbgrader's template files only (autograder.grading.csp).
+"""What nbgrader prints from the gradebook is text on every page (autograder.grading.pages.escaping), and every formgrader
+response carries a policy that trusts nbgrader's template files only (autograder.grading.pages.policy).
 
 A hostile student id (a folder's name: `x<img src=x onerror=...>`) and hostile comments (a check's failing
 reason carries a learner's exception message; an instructor types comments) are planted in a course's
@@ -29,7 +29,7 @@ from jinja2 import Environment, FileSystemLoader
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from autograder.course import sqlite_url
-from autograder.grading import csp, pages
+from autograder.grading.pages import policy, escaping
 from conftest import ROOT
 
 ASSIGNMENT, NOTEBOOK, HONEST = "a1", "nb", "ada"
@@ -183,7 +183,7 @@ def parsed(page):
 
 def is_mathjax(attrs):
     """MathJax's two script tags (nbconvert's macro): its loader from the CDN, and its configuration, which no browser runs."""
-    return attrs.get("src", "").startswith(csp.MATHJAX) or attrs.get("type") == "text/x-mathjax-config"
+    return attrs.get("src", "").startswith(policy.MATHJAX) or attrs.get("type") == "text/x-mathjax-config"
 
 
 def nonce_of(headers):
@@ -201,7 +201,7 @@ def test_a_feedback_page_shows_every_comment_as_text(course):
         assert b"<img src=https://example.invalid/x onerror=" + word not in page and b"<script>" + word not in page
         assert b'href="javascript:' + word not in page
     found = parsed(page)
-    ours = {"http-equiv": "Content-Security-Policy", "content": csp.FEEDBACK_POLICY}
+    ours = {"http-equiv": "Content-Security-Policy", "content": policy.FEEDBACK_POLICY}
     assert [a for t, a in found.tags if t == "meta" and "http-equiv" in a] == [ours]
     assert not [a for t, a in found.tags if t == "img"]
     assert not [a for t, a in found.tags if t == "script" and not is_mathjax(a)]
@@ -209,11 +209,11 @@ def test_a_feedback_page_shows_every_comment_as_text(course):
 
 
 def test_the_feedback_policy_allows_embedded_pictures_only_and_the_page_holds_no_other():
-    img_src = next(d.split()[1:] for d in csp.FEEDBACK_POLICY.split(";") if d.split()[0] == "img-src")
+    img_src = next(d.split()[1:] for d in policy.FEEDBACK_POLICY.split(";") if d.split()[0] == "img-src")
     assert img_src == ["data:"]
     embedded = '<img src="data:image/png;base64,AA==">'
     page = f'<a href="https://colab.example"><IMG alt="Open in &quot;Colab&quot;" src=https://colab.example/badge.svg></a>{embedded}'
-    assert csp.embedded_pictures_only(page) == f'<a href="https://colab.example">Open in &quot;Colab&quot;</a>{embedded}'
+    assert policy.embedded_pictures_only(page) == f'<a href="https://colab.example">Open in &quot;Colab&quot;</a>{embedded}'
 
 
 def test_nbgrader_alone_would_render_the_comment_as_html():
@@ -228,8 +228,8 @@ def test_nbgrader_alone_would_render_the_comment_as_html():
 def test_every_http_equiv_is_removed_however_it_is_written():
     page = ("<html><head><meta charset='utf-8'></head><body><META content=a\"b HTTP-EQUIV=refresh> <meta content=\"a>b\" "
             "http-equiv='refresh'><meta/http-equiv=set-cookie/>text</body></html>")
-    kept = csp.with_policy(page)
-    assert [a for t, a in parsed(kept).tags if t == "meta"] == [{"http-equiv": "Content-Security-Policy", "content": csp.FEEDBACK_POLICY},
+    kept = policy.with_policy(page)
+    assert [a for t, a in parsed(kept).tags if t == "meta"] == [{"http-equiv": "Content-Security-Policy", "content": policy.FEEDBACK_POLICY},
                                                                 {"charset": "utf-8"}]
     assert kept.endswith("<body> text</body></html>")
 
@@ -293,7 +293,7 @@ def test_every_formgrader_response_carries_a_policy_that_trusts_only_nbgrader_s_
     from nbgrader.server_extensions.formgrader import apihandlers, handlers
 
     for text in TEMPLATE_HANDLERS:  # the oracle: handlers as nbgrader's template files spell them
-        assert any(f'"{text}"' in p.read_text() for p in pages.nbgrader_templates().rglob("*.*")), text
+        assert any(f'"{text}"' in p.read_text() for p in escaping.nbgrader_templates().rglob("*.*")), text
     allowed = {_sha(t) for t in TEMPLATE_HANDLERS}
     paths = [_sample(route[0]) for route in handlers.default_handlers + apihandlers.default_handlers]
     paths += ["/formgrader/static/js/utils.js", "/formgrader/fonts/x", "/formgrader/no_such_page", *formgrader_pages(server).values()]
@@ -316,7 +316,7 @@ def test_only_nbgrader_s_template_files_get_the_nonce():
 
     from jupyter_core.paths import jupyter_path
 
-    loader = pages.NonceLoader(FileSystemLoader([handlers.template_path, *jupyter_path("nbconvert", "templates")]), "n")
+    loader = escaping.NonceLoader(FileSystemLoader([handlers.template_path, *jupyter_path("nbconvert", "templates")]), "n")
     env = Environment(loader=loader)
     own = loader.get_source(env, "formgrade/formgrade_macros.html.j2")[0]
     assert own.count("<script") == own.count('<script nonce="{{ n }}"') > 0

@@ -16,7 +16,8 @@ from nbgrader.api import Gradebook
 
 from autograder import registry
 from autograder.course import sqlite_url
-from autograder.grading import csp, intake
+from autograder.grading import intake
+from autograder.grading.pages import policy
 from autograder.grading.grade import read_grades, read_problems
 from autograder.release import fill_submission, mistake_source
 from conftest import ROOT
@@ -150,7 +151,7 @@ def test_collect_takes_no_link_or_pipe_out_of_the_exchange_and_grading_says_why(
     assert "nbgrader collect refused this submission: 'answers.ipynb' is a link" in reason and "'notes.txt' is a pipe" in reason
     page = term["feedback"]["mallory"][0]
     assert "not graded" in page and "answers.ipynb" in page
-    assert page.count(f'<meta http-equiv="Content-Security-Policy" content="{csp.FEEDBACK_POLICY}">') == 1
+    assert page.count(f'<meta http-equiv="Content-Security-Policy" content="{policy.FEEDBACK_POLICY}">') == 1
 
 
 def test_a_resubmission_is_regraded_and_a_manual_grade_survives(term):
@@ -172,7 +173,7 @@ def test_students_fetch_feedback_that_shows_their_grade(term):
         assert shown == scores, (who, shown)
         for p in pages:  # written by nbgrader's generate_feedback, with the course's policy first in the head
             head = p.split("<head>", 1)[1]
-            assert head.lstrip().startswith(f'<meta http-equiv="Content-Security-Policy" content="{csp.FEEDBACK_POLICY}">'), who
+            assert head.lstrip().startswith(f'<meta http-equiv="Content-Security-Policy" content="{policy.FEEDBACK_POLICY}">'), who
 
 
 def test_nothing_of_the_students_reaches_git(term):

@@ -11,7 +11,9 @@ import pytest
 import torch
 from nbformat.v4 import new_code_cell, new_output
 
-from autograder import checking, core, record, registry
+from autograder.checks import comparing, driver, running, travel
+from autograder.checks.cases import CheckTimeout, Outcome
+from autograder import record, registry
 from autograder.grading import verdict
 from autograder.results import notebook_results
 from conftest import exercises
@@ -138,12 +140,12 @@ def test_public_answers_alone_earn_nothing():
 
 
 def test_an_error_comes_back_as_its_kind():
-    for error in [NotImplementedError("x"), core.CheckTimeout("slow"), MemoryError(), ZeroDivisionError("z")]:
-        back = core.outcome_from_plain(core.outcome_to_plain(core.Outcome(error=error))).error
+    for error in [NotImplementedError("x"), CheckTimeout("slow"), MemoryError(), ZeroDivisionError("z")]:
+        back = travel.outcome_from_plain(travel.outcome_to_plain(Outcome(error=error))).error
         assert type(back) is type(error) and str(back) == str(error)
     custom = type("MyOwnError", (Exception,), {})
-    back = core.outcome_from_plain(core.outcome_to_plain(core.Outcome(error=custom("mine")))).error
-    assert core.describe_error(back) == "MyOwnError: mine"
+    back = travel.outcome_from_plain(travel.outcome_to_plain(Outcome(error=custom("mine")))).error
+    assert comparing.describe_error(back) == "MyOwnError: mine"
 
 
 # ---------------------------------------------------------------- one mistake is charged once
@@ -213,8 +215,8 @@ def test_code_that_only_calls_a_wrong_earlier_exercise_earns_nothing_from_it(exe
     for mistake in registry.get(dep).mistakes:
         junk = f"def {exercise.name}(*args, **kwargs):\n    return {dep}(*args, **kwargs)\n"
         report = graded_in_process(exercise.notebook, mistake_source(dep, mistake) + "\n\n" + junk, only={dep, exercise.name})[exercise.name]
-        own = checking.check_exercise(exercise, None, hidden=True, outcomes=[
-            core.run_call("function", False, mistake.impl, case.make(), case.grad) for case in exercise.cases()])
+        own = driver.check_exercise(exercise, None, hidden=True, outcomes=[
+            running.run_call("function", False, mistake.impl, case.make(), case.grad) for case in exercise.cases()])
         assert report.score == own.score < exercise.points or mistake.name == "scaled", (mistake.name, report.score)
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from autograder import CheckFailed, check, registry
-from autograder.checking import check_case, check_exercise
+from autograder.checks.driver import check_case, check_exercise
 from conftest import exercises
 
 EXERCISES = exercises()  # COURSE_ASSIGNMENTS narrows them (tests/conftest.py); course-wide tests read the registry
@@ -99,9 +99,9 @@ def test_bad_outputs_get_a_clear_reason(fn, expected):
 
 
 def test_endless_loop_is_stopped(monkeypatch):
-    import autograder.core as core
+    import autograder.checks.cases as cases
 
-    monkeypatch.setattr(core, "DEFAULT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(cases, "DEFAULT_TIMEOUT_S", 0.5)
 
     def loops(q, k, v, mask=None):
         while True:
@@ -141,7 +141,7 @@ def test_a_failing_public_case_shows_its_inputs_and_where_it_differs(capsys):
 
 def test_a_failing_hidden_case_shows_nothing_of_it():
     from autograder.api import explain
-    from autograder.core import Report, CaseResult
+    from autograder.checks.cases import Report, CaseResult
 
     ex = registry.get(SDPA)
     hidden = next(c for c in ex.cases() if c.hidden)
@@ -215,7 +215,7 @@ def test_mistake_as_cell_code_is_named(exercise, mistake):
     ],
 )
 def test_plain_python_values_are_compared_with_a_reason(got, want, expected):
-    from autograder.core import compare_value, same_value
+    from autograder.checks.comparing import compare_value, same_value
 
     assert expected in compare_value("the output", got, want)
     assert not same_value(got, want)

@@ -189,7 +189,7 @@ def server_extensions(role):
 
 
 INSTRUCTOR_PLUGINS = {"@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:course-list", "@jupyter/nbgrader:create-assignment"}
-INSTRUCTOR_SERVER_EXTENSIONS = {"nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list", "autograder.grading.csp"}
+INSTRUCTOR_SERVER_EXTENSIONS = {"nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list", "autograder.grading.pages.policy"}
 
 
 NEWS = "@jupyterlab/apputils-extension:announcements"  # JupyterLab's news, fetched from the internet: off for both

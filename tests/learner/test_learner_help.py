@@ -8,7 +8,7 @@ from nbformat.v4 import new_output
 from autograder import registry, reveal
 from autograder.__main__ import main
 from autograder.api import RESULT_MIME, explain, result_data
-from autograder.checking import check_exercise
+from autograder.checks.driver import check_exercise
 from autograder.progress import progress
 from autograder.reveal import NOT_SHIPPED, text
 

@@ -1,4 +1,4 @@
-"""`python -m course_lib.my_gpt`: a learner trains and samples their own notebook-10 GPT from the command line,
+"""`python -m autograder.my_gpt`: a learner trains and samples their own notebook-10 GPT from the command line,
 on the loop of `python -m solutions_lib.gpt` (course_lib.gpt_training), with what a class is shipped."""
 import json
 import os
@@ -25,7 +25,7 @@ def _my_gpt(cwd, *args, cache=None):
     env.pop("AUTOGRADER_QUICK", None)
     if cache:
         env["SEQCOURSE_CACHE"] = str(cache)
-    return subprocess.run([sys.executable, "-m", "course_lib.my_gpt", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "autograder.my_gpt", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
 

@@ -29,7 +29,7 @@ from autograder import ship
 from autograder.release import student_dist
 from autograder.__main__ import main
 from autograder.check_notebook import execute
-from autograder.checking import check_exercise
+from autograder.checks.driver import check_exercise
 from autograder.reference_data import exercise_from
 from autograder.release import fill_submission, mistake_source
 from autograder.results import notebook_results
@@ -215,7 +215,7 @@ def test_the_texts_ship_with_course_lib(dist):
 def test_every_check_loads_without_the_reference(dist):
     out = in_dist(dist, """
 import autograder, autograder.registry as r
-from autograder.checking import check_exercise
+from autograder.checks.driver import check_exercise
 for name in ("solutions_lib", "autograder.assignments", "autograder.release", "autograder.grading.grade"):
     try:
         __import__(name)
@@ -314,7 +314,7 @@ def test_a_class_trains_and_samples_its_own_gpt_from_the_command_line(dist, tmp_
     ckpt = tmp_path / "mine.pt"
 
     def my_gpt(*args):
-        return subprocess.run([sys.executable, "-m", "course_lib.my_gpt", *args], cwd=course, env=dict(env, OMP_NUM_THREADS="1"),
+        return subprocess.run([sys.executable, "-m", "autograder.my_gpt", *args], cwd=course, env=dict(env, OMP_NUM_THREADS="1"),
                               capture_output=True, text=True, timeout=600)
 
     run = my_gpt("train", *TINY, "--tokenizer", "char", "--checkpoint", str(ckpt))

@@ -1,4 +1,4 @@
-"""The later notebooks use the learner's own classes once their checks pass (course_lib.yours),
+"""The later notebooks use the learner's own classes once their checks pass (autograder.yours),
 and show every attention map of whichever model is in use (course_lib.transformer.attention_maps)."""
 import json
 import shutil
@@ -12,7 +12,7 @@ from autograder.api import RESULT_MIME
 from autograder.progress import check_cells
 from conftest import ROOT
 from course_lib.multihead import MultiHeadAttention as StandinMHA
-from course_lib.yours import yours
+from autograder.yours import yours
 
 EARLIER = ["04_positional_encoding", "05_self_attention", "06_multi_head_attention", "07_transformer_architecture"]
 

@@ -1,16 +1,18 @@
-"""The check of one exercise: each case run and compared (autograder.core), and what failed diagnosed, by a
-catalogued mistake (core.diagnose) or else by how the learner's output relates to the reference's
-(autograder.relations), with the line where the learner's code raised.
+"""The driver of a check: each case run and compared, and what failed diagnosed, by a catalogued mistake or
+else by how the learner's output relates to the reference's, with the line where the learner's code raised.
 
-It sits above both: `check` in a notebook (autograder.api), the grader's comparison
+The top room of autograder.checks: `check` in a notebook (autograder.api), the grader's comparison
 (autograder.grading.verdict) and `new-exercise --check` put it to work.
 """
 from __future__ import annotations
 
-from autograder import relations
-from autograder.core import (DEFAULT_TIMEOUT_S, CaseResult, CheckTimeout, Report, WeightMismatch, _parameter_names, _raised,
-                             compare_outcomes, describe_error, describe_inputs, diagnose, first_differences, reference_outcome,
-                             run_call, same_outputs)
+from autograder.checks.cases import DEFAULT_TIMEOUT_S, CaseResult, CheckTimeout, Report, WeightMismatch, raised
+from autograder.checks.catalogue import diagnose
+from autograder.checks.comparing import compare_outcomes, describe_error, describe_inputs, first_differences, same_outputs
+from autograder.checks.labels import only_on
+from autograder.checks.raised import raised_at
+from autograder.checks.relations import explain
+from autograder.checks.running import parameter_names, reference_outcome, run_call
 
 
 def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
@@ -25,7 +27,7 @@ def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
     if stopped is not None:
         return stopped, got
     if case.raises is not None:
-        return _check_raised(case, got, impl, exercise.kind), got
+        return _checkraised(case, got, impl, exercise.kind), got
     if want.error is not None:  # expected to fail (autograder.grading.verdict: the reference built on a learner's mistake)
         return CaseResult(case, same_outputs(got, want), "" if same_outputs(got, want) else f"raised {describe_error(want.error)} elsewhere"), got
     if got.error is not None:
@@ -34,12 +36,12 @@ def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
             return CaseResult(case, False, f"its weights could not be loaded: {e}"), got
         where = ()
         if not case.hidden and impl is not None:
-            where = relations.raised_at(e, impl)
+            where = raised_at(e, impl)
         return CaseResult(case, False, f"raised {describe_error(e)}", detail=where), got
     problem = compare_outcomes(got, want, exercise.returns)
     if not problem:
         return CaseResult(case, True), got
-    detail = () if case.hidden else tuple(["inputs:"] + [f"  {line}" for line in describe_inputs(case.make(), _parameter_names(impl, exercise.kind))] + first_differences(got, want, exercise.returns))
+    detail = () if case.hidden else tuple(["inputs:"] + [f"  {line}" for line in describe_inputs(case.make(), parameter_names(impl, exercise.kind))] + first_differences(got, want, exercise.returns))
     return CaseResult(case, False, problem, detail=detail, reference=want), got
 
 
@@ -52,11 +54,11 @@ def _unfinished(case, got):
     return None
 
 
-def _check_raised(case, got, impl, kind):
+def _checkraised(case, got, impl, kind):
     """A case on which the exercise's text requires an exception."""
-    if _raised(got, case.raises):
+    if raised(got, case.raises):
         return CaseResult(case, True)
-    inputs = () if case.hidden else tuple(["inputs:"] + [f"  {line}" for line in describe_inputs(case.make(), _parameter_names(impl, kind))])
+    inputs = () if case.hidden else tuple(["inputs:"] + [f"  {line}" for line in describe_inputs(case.make(), parameter_names(impl, kind))])
     if got.error is not None:
         return CaseResult(case, False, f"raised {describe_error(got.error)}, where the text asks for a {case.raises}", detail=inputs)
     return CaseResult(case, False, f"returned where the text asks it to raise a {case.raises} (read the docstring: these inputs are not allowed)", detail=inputs)
@@ -85,8 +87,8 @@ def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outc
         else:
             plain = [(i, f) for i, f in enumerate(failed) if f[0].raises is None]  # a missing raise has no relation
             wants = [r.reference for r in results if not r.ok]
-            relation = relations.explain(exercise, [f for _, f in plain], [wants[i] for i, _ in plain], impl) \
-                or relations.only_on(results)
+            relation = explain(exercise, [f for _, f in plain], [wants[i] for i, _ in plain], impl) \
+                or only_on(results)
             for r in results:
                 r.relation = "" if r.ok else relation
     return Report(exercise, results, planned=tuple(cases))

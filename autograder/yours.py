@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from autograder import registry
+from autograder.progress import check_cells
 from course_lib.runtime import grading
 
 
@@ -79,9 +81,6 @@ class _Finder:
 
     def own(self, name):
         """(your object, its notebook), or NotYours with the reason."""
-        from autograder import registry
-        from autograder.progress import check_cells
-
         try:
             ex = registry.get(name)
         except KeyError:
@@ -92,7 +91,7 @@ class _Finder:
                 nb = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError) as e:
                 raise NotYours(f"{path.name} cannot be read: {type(e).__name__}") from None
-            needed = _with_dependencies(registry, name)
+            needed = _with_dependencies(name)
             results = {ex_name: r for ex_name, _, r in check_cells(nb)}
             for dep in needed:
                 r = results.get(dep)
@@ -140,8 +139,6 @@ class _Finder:
 
     def swap_in(self, namespace, before):
         """The earlier notebooks' stand-ins that a setup cell imported, replaced by the learner's where they pass."""
-        from autograder import registry
-
         for key, obj in list(namespace.items()):
             if not (getattr(obj, "__module__", "").startswith("course_lib.") and hasattr(obj, "__name__")):
                 continue
@@ -193,7 +190,7 @@ def load(names, folder):
     return objs
 
 
-def _with_dependencies(registry, name):
+def _with_dependencies(name):
     """The exercise and those it builds on, in the order of the notebook."""
     order = [ex.name for ex in registry.for_notebook(registry.get(name).notebook)]
     needed, todo = set(), [name]

@@ -19,8 +19,8 @@ makes all of it harmless to the page that renders it:
 `Inert`, the nbgrader preprocessor, does this to every autograded notebook (nbgrader_config.py,
 after nbgrader has saved its grades), and again wherever nbconvert's HTMLExporter renders one (the
 formgrader's submission pages and generate_feedback's pages); what nbgrader itself prints around
-the notebook (ids, paths, comments) is escaped by autograder.grading.pages, and a Content-Security-Policy
-on both pages stands behind them (autograder.grading.csp).
+the notebook (ids, paths, comments) is escaped by autograder.grading.pages.escaping, and a Content-Security-Policy
+on both pages stands behind them (autograder.grading.pages.policy).
 """
 from __future__ import annotations
 

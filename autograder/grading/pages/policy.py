@@ -1,17 +1,17 @@
 """A Content-Security-Policy on every page that shows a submission: defence in depth behind
-autograder.grading.inert (what a student's code displayed) and autograder.grading.pages (what nbgrader
+autograder.grading.pages.inert (what a student's code displayed) and autograder.grading.pages.escaping (what nbgrader
 prints from the gradebook: ids, names, paths, comments).
 
 Feedback pages (nbgrader's GenerateFeedback, guarded from nbgrader_config.py by `guard_feedback`)
 carry it in a <meta> tag, the only http-equiv they keep; every response of the formgrader gets it as
 a header from the server extension this module also is (jupyter-config/instructor names it). It sits
-above autograder.grading.pages, which makes each response's nonce and marks the templates' scripts with it,
+above autograder.grading.pages.escaping, which makes each response's nonce and marks the templates' scripts with it,
 and installs both: the policy and the pages' escaping.
 
 Neither page runs a script its templates did not write. The trust comes from nbgrader's template
 files, never from the page being served (a student's id, comment or cell could have written any part
 of it): on the formgrader, each <script> tag written in nbgrader's template files carries a nonce
-made for that one response (autograder.grading.pages puts it there), and its few inline event
+made for that one response (autograder.grading.pages.escaping puts it there), and its few inline event
 handlers are allowed by the hashes of their text as those files spell it.
 
 What nbgrader's own pages need, and so get:
@@ -35,7 +35,7 @@ from html.parser import HTMLParser
 from jupyter_server.utils import url_path_join
 from nbgrader.converters.generate_feedback import GenerateFeedback
 
-from autograder.grading import pages
+from autograder.grading.pages import escaping
 
 MATHJAX = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/"
 CDN = "https://cdnjs.cloudflare.com"
@@ -51,7 +51,7 @@ def template_handler_hashes():
     """The hashes of the inline event handlers written in nbgrader's template files (onClick="createStudentModal();"
     and a few more), as the browser reads them; a handler whose text the template fills in is not among them."""
     found = set()
-    for path in sorted(pages.nbgrader_templates().rglob("*")):
+    for path in sorted(escaping.nbgrader_templates().rglob("*")):
         if path.suffix in (".tpl", ".j2") and path.is_file():
             for a, b in HANDLER.findall(path.read_text()):
                 if "{{" not in a + b and "{%" not in a + b:
@@ -120,7 +120,7 @@ def with_policy(html, policy=FEEDBACK_POLICY):
 
 
 def guard_feedback():
-    """Have nbgrader's GenerateFeedback show every string nbgrader puts on a page as text (pages.FeedbackText, after
+    """Have nbgrader's GenerateFeedback show every string nbgrader puts on a page as text (escaping.FeedbackText, after
     GetGrades has added the gradebook's comments) and write every page with the feedback policy."""
     if getattr(GenerateFeedback, "_csp_guarded", False):
         return
@@ -128,11 +128,11 @@ def guard_feedback():
 
     def guarded_init(self, *args, **kwargs):
         init(self, *args, **kwargs)
-        if pages.FeedbackText not in self.preprocessors:  # last, whatever the configuration lists
-            self.preprocessors = [*self.preprocessors, pages.FeedbackText]
+        if escaping.FeedbackText not in self.preprocessors:  # last, whatever the configuration lists
+            self.preprocessors = [*self.preprocessors, escaping.FeedbackText]
 
     def guarded_write(self, output, resources):
-        return write(self, with_policy(embedded_pictures_only(pages.with_comments(output, resources))), resources)
+        return write(self, with_policy(embedded_pictures_only(escaping.with_comments(output, resources))), resources)
 
     GenerateFeedback.__init__, GenerateFeedback.write_single_notebook = guarded_init, guarded_write
     GenerateFeedback._csp_guarded = True
@@ -152,7 +152,7 @@ class FormgraderPolicy:
     def transform_first_chunk(self, status_code, headers, chunk, finishing):
         path = self.request.path
         if path == self.prefix or path.startswith(self.prefix + "/"):
-            headers["Content-Security-Policy"] = formgrader_policy(pages.nonce(self.request))
+            headers["Content-Security-Policy"] = formgrader_policy(escaping.nonce(self.request))
         return status_code, headers, chunk
 
     def transform_chunk(self, chunk, finishing):
@@ -160,7 +160,7 @@ class FormgraderPolicy:
 
 
 def _jupyter_server_extension_points():
-    return [{"module": "autograder.grading.csp"}]
+    return [{"module": "autograder.grading.pages.policy"}]
 
 
 def _load_jupyter_server_extension(serverapp):
@@ -169,5 +169,5 @@ def _load_jupyter_server_extension(serverapp):
     if not any(getattr(t, "func", None) is FormgraderPolicy for t in webapp.transforms):
         prefix = url_path_join(webapp.settings.get("base_url", "/"), "formgrader")
         webapp.add_transform(functools.partial(FormgraderPolicy, prefix=prefix))
-    pages.guard_formgrader()
+    escaping.guard_formgrader()
     serverapp.log.info("autograder: the formgrader escapes what it prints, and every response carries a Content-Security-Policy")

@@ -1,9 +1,9 @@
 """Your own GPT of notebook 10, trained and sampled from the command line.
 
-    python -m course_lib.my_gpt train                     # the recipe for the device found: CPU 72 s, GPU 45 s
-    python -m course_lib.my_gpt train --d-model 96 --N 3  # another size
-    python -m course_lib.my_gpt sample --prompt "ROMEO:" --temperature 0.8 --top-k 40
-    python -m course_lib.my_gpt sample --prompt "ROMEO:" --beam 4 --tokens 60   # the likeliest text a beam finds
+    python -m autograder.my_gpt train                     # the recipe for the device found: CPU 72 s, GPU 45 s
+    python -m autograder.my_gpt train --d-model 96 --N 3  # another size
+    python -m autograder.my_gpt sample --prompt "ROMEO:" --temperature 0.8 --top-k 40
+    python -m autograder.my_gpt sample --prompt "ROMEO:" --beam 4 --tokens 60   # the likeliest text a beam finds
 
 Run it in your course folder (the one that holds 10_a_gpt_of_your_own/) or in the notebook's own
 folder. It reads your saved notebook 10 and, as `yours` does in the notebooks, uses your exercises
@@ -22,10 +22,10 @@ from pathlib import Path  # noqa: E402
 
 from course_lib import gpt as course_gpt  # noqa: E402
 from course_lib.gpt_training import Missing, Parts, main  # noqa: E402
-from course_lib.yours import NotYours, load  # noqa: E402
+from autograder.yours import NotYours, load  # noqa: E402
 
 NOTEBOOK = "10_a_gpt_of_your_own"
-PROG = "python -m course_lib.my_gpt"
+PROG = "python -m autograder.my_gpt"
 NEEDED = {"train": ("GPT", "get_batch", "nats_per_char"), "sample": ("GPT", "generate")}
 
 

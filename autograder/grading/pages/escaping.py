@@ -14,7 +14,7 @@ gradebook all the same (`nbgrader db student add`), or into a URL the instructor
   autoescape: it inserts the notebook's rendered cells) gets the values it prints (student id, names,
   notebook path, ids) escaped before it renders.
 - On both, each <script> tag written in nbgrader's template files carries the response's nonce
-  (`NonceLoader`), which autograder.grading.csp's header allows; nothing a value or a cell adds has it.
+  (`NonceLoader`), which autograder.grading.pages.policy's header allows; nothing a value or a cell adds has it.
 - A feedback page: `FeedbackText` runs after nbgrader's GetGrades has put the gradebook into the notebook,
   escapes what the template prints (notebook name, cell ids) and stands in for each comment with a token
   the template renders as a word; `with_comments` then puts the comment there as escaped text.
@@ -127,7 +127,7 @@ def comment_html(text):
 
 
 class FeedbackText(NbGraderPreprocessor):
-    """After GetGrades (csp.guard_feedback puts it last in GenerateFeedback): every string nbgrader's feedback
+    """After GetGrades (policy.guard_feedback puts it last in GenerateFeedback): every string nbgrader's feedback
     template prints is escaped, and each comment is a token that `with_comments` replaces."""
 
     def preprocess(self, nb, resources):

@@ -1,0 +1,156 @@
+"""What a check is made of: an exercise, its cases (the inputs of one call), the catalogued mistakes that
+name what a learner got wrong, and what a call came to (an Outcome) and how a case and a whole check ended
+(CaseResult, Report). The lowest room of autograder.checks: nothing here runs or compares anything."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+
+DEFAULT_TIMEOUT_S = float(os.environ.get("AUTOGRADER_CHECK_TIMEOUT", "60"))
+
+
+@dataclass
+class Call:
+    """The inputs of one case. For a module, `init` and `init_kwargs` are the constructor's arguments."""
+
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    init: tuple | None = None
+    init_kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class Case:
+    """One set of inputs. `make` builds them afresh for every call, from a fixed seed."""
+
+    label: str
+    make: Callable[[], Call]
+    part: str = "main"
+    hidden: bool = False
+    grad: bool = True
+    # Precomputed where the reference is not at hand (the student distribution,
+    # autograder.reference_data): the reference's outcome, the weights a module
+    # exercise starts from, and each catalogued mistake's forward-only outcome by name.
+    expected: Outcome | None = None
+    weights: dict | None = None
+    mistake_outcomes: dict | None = None
+    variant_outcomes: dict | None = None  # {name: (sentence, outcome)}: autograder.checks.variants.variant_outcomes
+    # A requirement of the exercise's text: on these inputs the code must raise this exception (its class name).
+    raises: str | None = None
+
+
+@dataclass
+class Mistake:
+    """A known wrong implementation and the sentence that names it.
+
+    `impl` is the wrong function or class: made by autograder.registry from an
+    edit of the reference (kept in `edit`, see autograder.assignments), or
+    hand-written for a mistake that no small edit expresses.
+    """
+
+    name: str
+    says: str
+    impl: Callable
+    edit: object = None
+
+
+@dataclass
+class Exercise:
+    name: str
+    reference: Callable
+    points: float
+    cases: Callable[[], list]
+    mistakes: Sequence[Mistake] = ()
+    parts: dict | None = None  # part name -> weight; None means one part
+    # "function"; "module": an nn.Module class, built with the reference's weights, then called;
+    # "class": any class, built, then handed to the case's first argument, which uses it and
+    # returns what it saw (autograder.fixtures.CacheSteps)
+    kind: str = "function"
+    depends_on: tuple = ()
+    returns: tuple = ()  # names of the returned values, for messages
+    train_mode: bool = False  # modules are checked in eval mode (no dropout) unless set
+    # Also compare what the call changed: the parameters of every nn.Module and the
+    # learning rate of every optimizer among its arguments (for a training step).
+    state_after: bool = False
+    notebook: str = ""
+
+    def part_weights(self):
+        return self.parts or {"main": 1.0}
+
+
+class CheckTimeout(Exception):
+    pass
+
+
+class StudentError(Exception):
+    """The learner's code raised; `original` is what it raised."""
+
+    def __init__(self, original):
+        super().__init__(f"{type(original).__name__}: {original}")
+        self.original = original
+
+
+class WeightMismatch(Exception):
+    pass
+
+
+@dataclass
+class Outcome:
+    outputs: tuple | None = None
+    grads: dict | None = None
+    error: BaseException | None = None
+
+
+def raised(outcome, name):
+    """Whether the outcome is an exception of class `name` or of a subclass of it (by name: it may have
+    come out of the grading sandbox)."""
+    return outcome.error is not None and name in [c.__name__ for c in type(outcome.error).__mro__]
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    ok: bool
+    problem: str = ""
+    diagnosis: str = ""
+    relation: str = ""  # with no diagnosis: how the learner's output relates to the reference's (autograder.checks.relations)
+    not_implemented: bool = False
+    timed_out: bool = False
+    detail: tuple = ()  # for a failing public case: its inputs and the first entries that differ
+    reference: Outcome | None = field(default=None, repr=False)  # for a failing case: the reference's outcome
+
+
+@dataclass
+class Report:
+    exercise: Exercise
+    results: list
+    timed_out: bool = False
+    through: tuple = ()  # earlier exercises whose known mistakes the comparison took in (autograder.grading.verdict)
+    planned: tuple = None  # every case the check meant to run; None: the results are all of them
+
+    @property
+    def fraction(self):
+        weights = self.exercise.part_weights()
+        total = sum(weights.values())
+        passed = sum(w for part, w in weights.items() if self.part_ok(part))
+        return passed / total
+
+    @property
+    def score(self):
+        return round(self.exercise.points * self.fraction, 4)
+
+    def part_ok(self, part):
+        """A part earns its points only when every one of its planned cases ran and matched: a check stops
+        at the first stub or timeout, and the cases it never reached cannot vouch for the part."""
+        rs = [r for r in self.results if r.case.part == part]
+        planned = len(rs) if self.planned is None else sum(c.part == part for c in self.planned)
+        return bool(rs) and len(rs) == planned and all(r.ok for r in rs)
+
+    @property
+    def not_implemented(self):
+        return any(r.not_implemented for r in self.results)
+
+    def failures(self):
+        return [r for r in self.results if not r.ok]
