@@ -14,6 +14,7 @@ INSTRUCTOR = importlib.util.find_spec("autograder.release") is not None
 
 COMMANDS = """commands:
   python -m autograder check NOTEBOOK...             grade your notebook(s) locally (students)
+  python -m autograder check --save NOTEBOOK...      and keep the results in their check cells (for `yours`, `progress`)
   python -m autograder progress [FOLDER]             what you have done across the course, from your saved notebooks
 """ + ("""\
   python -m autograder release                       generate notebooks/ from solutions/ (instructors)
@@ -37,6 +38,9 @@ def main(argv=None):
     p.add_argument("notebooks", nargs="+", metavar="NOTEBOOK")
     p.add_argument("--junitxml", metavar="PATH", help="also write a JUnit XML report")
     p.add_argument("--timeout", type=int, default=300, help="seconds allowed per cell (default 300)")
+    p.add_argument("--save", action="store_true", help="also write the results into each notebook's check cells (as "
+                   "running them in Jupyter and saving would), for the later notebooks' `yours` and for `progress`; "
+                   "a notebook saved again while it ran is left as it is")
 
     p = sub.add_parser("progress", help="a table of every notebook: exercises passed, points, what is next "
                        "(read from the saved notebooks; nothing is run)")
@@ -94,7 +98,7 @@ def add_instructor_commands(sub):
 
 def run(args):
     if args.command == "check":
-        return check(args.notebooks, junitxml=args.junitxml, timeout=args.timeout)
+        return check(args.notebooks, junitxml=args.junitxml, timeout=args.timeout, save=args.save)
     if args.command == "progress":
         print(progress(args.folder))
         return 0

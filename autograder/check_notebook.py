@@ -58,14 +58,40 @@ def execute(path, timeout=DEFAULT_CELL_TIMEOUT):
     return nb
 
 
-def check(paths, junitxml=None, timeout=DEFAULT_CELL_TIMEOUT, echo=print):
-    """Execute and grade each notebook; return pytest's exit code (0 = everything passed)."""
+def save_results(path, before, executed):
+    """Write the executed check cells' outputs into the notebook at `path`, whose bytes were `before` when it
+    ran, everything else left as it is; only if the file is still those bytes (not saved again meanwhile).
+    Returns whether it wrote. The later notebooks' `yours` and `progress` read these results."""
+    path = Path(path)
+    if path.read_bytes() != before:
+        return False
+    nb = nbformat.reads(before.decode("utf-8"), as_version=4)
+    if len(nb.cells) != len(executed.cells):
+        return False
+    for cell, ran in zip(nb.cells, executed.cells):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+            cell.outputs, cell.execution_count = ran.get("outputs", []), ran.get("execution_count")
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, suffix=".ipynb", delete=False) as f:
+        nbformat.write(nb, f)
+    os.chmod(f.name, path.stat().st_mode & 0o7777)
+    os.replace(f.name, path)  # whole or not at all
+    return True
+
+
+def check(paths, junitxml=None, timeout=DEFAULT_CELL_TIMEOUT, echo=print, save=False):
+    """Execute and grade each notebook; return pytest's exit code (0 = everything passed). With `save`, the
+    results are also written into each notebook's check cells, as running them in Jupyter and saving would."""
     import pytest
 
     with tempfile.TemporaryDirectory() as tmp:
         result_files = []
         for path in paths:
             echo(f"running {path} in a fresh kernel…")
+            try:
+                before = Path(path).read_bytes()
+            except OSError:
+                before = None  # execute says why
             nb = execute(path, timeout)
             rows = notebook_results(nb)
             if not rows:
@@ -77,6 +103,13 @@ def check(paths, junitxml=None, timeout=DEFAULT_CELL_TIMEOUT, echo=print):
             for row in rows:
                 if row.status != "passed" and row.lines:
                     echo("\n" + "\n".join(row.lines))
+            if not save:
+                echo(f"\n(not written into {Path(path).name}: add --save to keep these results in its check cells, "
+                     "where the later notebooks' `yours` and `progress` read them)")
+            elif save_results(path, before, nb):
+                echo(f"\nsaved these results into the check cells of {path}")
+            else:
+                echo(f"\nnot saved: {path} changed while it ran; run the command again")
         # pytest only for its exit code and --junitxml: the table above is the report
         args = ["-p", "no:terminal", "-p", "autograder.pytest_plugin", "-p", "no:cacheprovider", "--rootdir", tmp,
                 "-o", "addopts=", "-o", "testpaths="]

@@ -74,4 +74,10 @@ def progress(folder="."):
         total[1] += points
         lines.append(f"{path.stem:<{width}}  {passed:>4} / {n:<2}  {earned:>5g} / {points:<3g}  {nxt}")
     lines.append(f"{'total':<{width}}  {'':>9}  {total[0]:>5g} / {total[1]:<3g}")
+    if any(line.endswith(": not run yet") for line in lines):
+        lines.append(NOT_RUN)
     return "\n".join(lines)
+
+
+NOT_RUN = ("(\"not run yet\": no result saved in that check cell. Run its check cells in Jupyter and save the notebook, "
+           "or `python -m autograder check --save NOTEBOOK`: without --save it grades but writes nothing into the notebook)")

@@ -250,6 +250,32 @@ def _stateful(x):
     return []
 
 
+def rng_state():
+    """torch's random state, as plain values: the CPU generator's, and each CUDA device's where CUDA is in use
+    (dropout draws its masks from them). The replay records it before and after each call it serves."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    return {"cpu": torch.get_rng_state(), "cuda": list(cuda)}
+
+
+def set_rng_state(state):
+    """Leave torch's random state as `state` (rng_state's) says: as the reference's call left it."""
+    torch.set_rng_state(state["cpu"])
+    if state["cuda"] and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _asked(oracle, request):
+    """The reply to a request for a call or a build, which carries the random state it starts from: where that is
+    the state the reference's call started from, the generator is left as the reference's call left it, so the
+    masks dropout draws after it are the reference's too."""
+    reply = oracle.ask({**request, "rng": rng_state()})
+    if "miss" in reply:
+        raise Unservable(reply["miss"])
+    if isinstance(reply.get("rng"), dict):
+        set_rng_state(reply["rng"])
+    return reply
+
+
 class Unservable(Exception):
     pass
 
@@ -314,9 +340,7 @@ class Served(torch.autograd.Function):
     @staticmethod
     def answer(oracle, request, inputs):
         """Ask for a call's answer; its float tensors carry gradients back to `inputs` through the reference."""
-        reply = oracle.ask(request)
-        if "miss" in reply:
-            raise Unservable(reply["miss"])
+        reply = _asked(oracle, request)
         result = reply["result"]
         outs = running.tensors_in(result)
         floats = [o for o in outs if o.is_floating_point()]
@@ -358,9 +382,7 @@ def _replace(x, new):
 def _served_module(name, own, oracle, ask):
     def __init__(self, *args, **kwargs):
         torch.nn.Module.__init__(self)
-        spec = oracle.ask(ask("build", args=portable(args), kwargs=portable(kwargs)))
-        if "miss" in spec:
-            raise Unservable(spec["miss"])
+        spec = _asked(oracle, ask("build", args=portable(args), kwargs=portable(kwargs)))
         for key, value, is_parameter in spec["state"]:
             owner = self
             *path, leaf = key.split(".")
@@ -389,9 +411,7 @@ def _served_object(name, oracle, ask):
     """A class that is not a module (a cache, say): its attributes and methods answer as the reference's
     instance did in the same state."""
     def __init__(self, *args, **kwargs):
-        reply = oracle.ask(ask("build", args=portable(args), kwargs=portable(kwargs)))
-        if "miss" in reply:
-            raise Unservable(reply["miss"])
+        reply = _asked(oracle, ask("build", args=portable(args), kwargs=portable(kwargs)))
         object.__setattr__(self, "_state", reply["state"])
 
     def __getattr__(self, attr):

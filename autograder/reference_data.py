@@ -5,7 +5,7 @@ built by autograder.release.student_dist) ships neither the reference implementa
 nor the assignment modules with their mistake catalogs and hidden cases. For
 each notebook it ships instead autograder/data/NN_name.pt, a dict
 
-    {"format": 4, "exercises": [exercise, ...]}
+    {"format": 5, "exercises": [exercise, ...]}
 
 where an exercise holds the Exercise's fields (name, points, parts, kind,
 returns, depends_on, train_mode, state_after, notebook), its catalogued
@@ -19,6 +19,9 @@ mistakes as (name, sentence) pairs, and its public cases, each with
     weights    for a module exercise, the state dict the learner's module starts from
     mistakes   {mistake name: that mistake's forward-only Outcome}
     variants   {name: (sentence, Outcome)}: the reference on changed inputs (autograder.checks.variants)
+    edits      {finder: {name: (sentence, Outcome)}}: the reference's own source edited, by each finder of
+               autograder.checks.relations.EDIT_FINDERS ("structure.rewirings": a residual left out, ...),
+               only the edits whose outcome differs from `expected` (autograder.checks.edits)
 
 autograder.registry reads this data where the catalogs are absent: `load_all`
 rebuilds each Exercise from it, with Cases whose `expected`, `weights` and
@@ -36,7 +39,7 @@ from autograder.checks import travel
 from autograder.checks.cases import Case, Exercise, Mistake
 
 DATA = Path(__file__).resolve().parent / "data"
-FORMAT = 4
+FORMAT = 5
 
 
 def load_call(blob):
@@ -49,7 +52,7 @@ def exercise_from(data):
     cases = [
         Case(c["label"], functools.partial(load_call, c["call"]), c["part"], grad=c["grad"],
              expected=c["expected"], weights=c["weights"], mistake_outcomes=c["mistakes"],
-             variant_outcomes=c["variants"], raises=c["raises"])
+             variant_outcomes=c["variants"], edit_outcomes=_edits(c["edits"]), raises=c["raises"])
         for c in data["cases"]
     ]
     return Exercise(
@@ -58,6 +61,11 @@ def exercise_from(data):
         parts=data["parts"], kind=data["kind"], depends_on=tuple(data["depends_on"]), returns=tuple(data["returns"]),
         train_mode=data["train_mode"], state_after=data["state_after"], notebook=data["notebook"],
     )
+
+
+def _edits(stored):
+    """The stored edits keyed as autograder.checks.edits.edit_outcomes reads them: {(finder, name): (sentence, Outcome)}."""
+    return {(finder, name): found for finder, edits in stored.items() for name, found in edits.items()}
 
 
 def load_all():

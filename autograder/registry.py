@@ -6,6 +6,7 @@
 - in the student distribution, which ships no catalog and no reference: the
   public cases' answers computed by the release (autograder.reference_data).
 """
+import functools
 import importlib
 import importlib.util
 import pkgutil
@@ -37,11 +38,19 @@ def _from_catalogs():
             if ex.name in found:
                 raise ValueError(f"two exercises are named {ex.name!r} ({found[ex.name].notebook} and {module.NOTEBOOK}); names must be unique")
             ex.notebook = module.NOTEBOOK
+            ex.cases = _kept(ex.cases)
             ex.mistakes = [_made(ex, module, name, entry) for name, entry in mistakes.pop(ex.name, {}).items()]
             found[ex.name] = ex
         if mistakes:
             raise ValueError(f"{module.__name__}: the mistakes of {', '.join(mistakes)} belong to no exercise of the notebook")
     return found
+
+
+def _kept(cases):
+    """An exercise's cases() made once: the same Case objects every time, so that what the checks work out on
+    a case is kept on it (autograder.checks.running.memo); a fresh list each time, for a caller to change."""
+    made = functools.cache(cases)
+    return lambda: list(made())
 
 
 def _mistakes_of(module):

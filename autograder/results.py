@@ -14,6 +14,7 @@ class CellResult:
     status: str  # passed | partial | failed | not implemented | error
     reason: str
     lines: list = field(default_factory=list)  # what the check cell printed, for a learner's command line
+    through: list = field(default_factory=list)  # earlier exercises replaced by the reference's answers (autograder.checks.charging)
 
 
 def _grade(cell):
@@ -48,7 +49,8 @@ def notebook_results(nb):
             status, reason = "error", f"{error.get('ename')}: {error.get('evalue', '')}".strip()
         else:
             status, reason = "failed", "the cell wrote to stderr or produced no result"
-        rows.append(CellResult(exercise, float(score), float(points), status, _one_line(reason), (published or {}).get("lines", [])))
+        rows.append(CellResult(exercise, float(score), float(points), status, _one_line(reason), (published or {}).get("lines", []),
+                               [str(d) for d in (published or {}).get("through", [])]))
     return rows
 
 
@@ -73,4 +75,12 @@ def table(rows, title=None):
         lines.append(f"{r.exercise:<{width}}  {r.score:>4g} / {r.points:<3g}  {r.status:<15}  {r.reason}")
     total, points = sum(r.score for r in rows), sum(r.points for r in rows)
     lines.append(f"{'total':<{width}}  {total:>4g} / {points:<3g}")
+    lines += [charged_once_line(r) for r in rows if r.through]
     return "\n".join(lines)
+
+
+def charged_once_line(row):
+    """What the table says of an exercise checked on the course's versions of the earlier ones it uses."""
+    them = ", ".join(row.through)
+    return (f"{row.exercise}: checked on the course's {them}, since yours {'fails its' if len(row.through) == 1 else 'fail their'} "
+            f"check: a mistake is charged once")

@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import torch
 
-from autograder.checks import catalogue, comparing, running, travel, variants
+from autograder.checks import catalogue, comparing, edits, relations, running, travel, variants
 from autograder.checks.cases import Outcome
 from autograder import registry
 from autograder.mutants import source_of
@@ -58,6 +58,7 @@ def exercise_data(ex):
             "expected": expected, "weights": weights,
             "mistakes": {m.name: _portable(catalogue.mistake_outcome(ex, m, case)) for m in ex.mistakes},
             "variants": {n: (says, _portable(out)) for n, (says, out) in variants.variant_outcomes(ex, case).items()},
+            "edits": edit_data(ex, case, want),
         })
         foreign = _not_shipped_modules(pickled_modules(blob.getvalue()))
         if foreign:
@@ -67,6 +68,19 @@ def exercise_data(ex):
         "returns": tuple(ex.returns), "depends_on": tuple(ex.depends_on), "train_mode": ex.train_mode,
         "state_after": ex.state_after, "mistakes": [(m.name, m.says) for m in ex.mistakes], "cases": cases,
     }
+
+
+def edit_data(ex, case, want):
+    """{finder's key: {name: (sentence, outcome)}}: the reference's source edited by each finder of
+    autograder.checks.relations.EDIT_FINDERS, run on `case`; only the edits whose outcome differs from the
+    reference's `want` (the others can never be named), and only finders that found one."""
+    found = {}
+    for finder in relations.EDIT_FINDERS:
+        kept = {n: (says, _portable(out)) for n, (says, out) in edits.edit_outcomes(ex, case, finder).items()
+                if not comparing.same_outputs(out, want)}
+        if kept:
+            found[edits.finder_key(finder)] = kept
+    return found
 
 
 def _portable(outcome):

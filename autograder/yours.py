@@ -96,8 +96,9 @@ class _Finder:
             for dep in needed:
                 r = results.get(dep)
                 if not r or r.get("status") != "passed":
-                    state = (f"not run yet in the saved {path.name}: run its check cell there and save the notebook "
-                             "(`python -m autograder check` saves nothing)") if r is None else r.get("status", "?")
+                    state = (f"not run yet in the saved {path.name}: run its check cells in Jupyter and save it, or run "
+                             f"`python -m autograder check --save {path.name}` (without --save it grades the notebook "
+                             "but does not write the results into it)") if r is None else r.get("status", "?")
                     raise NotYours(f"{ex.notebook[:2]}: the check of {dep} has not passed, {state}")
             self.loaded[name] = self.run(nb, needed, name, path)
         return self.loaded[name], ex.notebook

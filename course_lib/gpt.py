@@ -230,13 +230,14 @@ class TinyGPT(nn.Module):
     It has what generate needs of a model: blocks (N of them), block_size, and
     forward(idx, targets=None, cache=None) -> (logits (B, T, V), None), where a cache is anything
     with length and extend(i, k, v), as the KVCache of notebook 10. More than block_size
-    positions raise ValueError.
+    positions raise ValueError. dropout: the rate applied, in training mode only, to the embeddings
+    and to each block's two branches (0: none).
     """
 
-    def __init__(self, V, d_model=16, h=2, N=2, block_size=12, seed=0):
+    def __init__(self, V, d_model=16, h=2, N=2, block_size=12, seed=0, dropout=0.0):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
-        self.h, self.block_size = h, block_size
+        self.h, self.block_size, self.dropout = h, block_size, dropout
         self.tokens = nn.Parameter(torch.randn(V, d_model, generator=g))
         self.positions = nn.Parameter(0.5 * torch.randn(block_size, d_model, generator=g))
         self.blocks = nn.ModuleList(_TinyBlock(d_model, g) for _ in range(N))
@@ -246,9 +247,10 @@ class TinyGPT(nn.Module):
         start, T = (0 if cache is None else cache.length), idx.size(1)
         if start + T > self.block_size:
             raise ValueError(f"{start + T} positions, but the model has block_size = {self.block_size}")
-        x = self.tokens[idx] + self.positions[start : start + T]
+        p = self.dropout if self.training else 0.0  # dropout acts in training mode only
+        x = F.dropout(self.tokens[idx] + self.positions[start : start + T], p)
         for i, block in enumerate(self.blocks):
-            x = block(x, self.h, cache, i)
+            x = block(x, self.h, cache, i, p)
         return F.layer_norm(x, x.shape[-1:]) @ self.unembed.t(), None
 
 
@@ -261,7 +263,7 @@ class _TinyBlock(nn.Module):
         self.up = nn.Parameter(scale * torch.randn(2 * d_model, d_model, generator=g))
         self.down = nn.Parameter(scale * torch.randn(d_model, 2 * d_model, generator=g))
 
-    def forward(self, x, h, cache, i):
+    def forward(self, x, h, cache, i, p=0.0):
         B, T, d_model = x.shape
         heads = (F.layer_norm(x, (d_model,)) @ self.qkv.t()).view(B, T, 3, h, d_model // h).permute(2, 0, 3, 1, 4)
         q, k, v = heads  # (B, h, T, d_k) each
@@ -269,5 +271,5 @@ class _TinyBlock(nn.Module):
             k, v = cache.extend(i, k, v)
         seen = torch.ones(T, k.size(2), dtype=torch.bool, device=x.device).tril(k.size(2) - T)  # the past, and itself
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=seen)
-        x = x + out.transpose(1, 2).reshape(B, T, d_model) @ self.out.t()
-        return x + F.gelu(F.layer_norm(x, (d_model,)) @ self.up.t()) @ self.down.t()
+        x = x + F.dropout(out.transpose(1, 2).reshape(B, T, d_model) @ self.out.t(), p)
+        return x + F.dropout(F.gelu(F.layer_norm(x, (d_model,)) @ self.up.t()) @ self.down.t(), p)

@@ -3,7 +3,8 @@
 A catalogue names the mistakes someone thought of; these are the mistakes nobody listed, made the same
 way for every exercise: a weight transposed, the output shifted along time, a softmax or sum over the
 neighbouring axis, a bias dropped, the output scaled by sqrt(d), two arguments swapped, an unsqueeze
-forgotten. Each is an edit of the reference's own source (or, for the shift and the scale, of its output),
+forgotten, a size read from the neighbouring axis; a function returning one number called one step on, or
+with an expression grouped another way; a module with a residual connection left out. Each is an edit of the reference's own source (or, for the shift and the scale, of its output),
 checked on the public cases as a learner's code is. The check's message is then
 
     named    a catalogued mistake (counted apart too), or a sentence of autograder.checks' diagnoses of the
@@ -42,7 +43,12 @@ KINDS = {  # the kind of a mutation: words a right sentence about it uses
     # swapping the operands of a batched product pairs every batch index with every other: an extra axis
     "swap two arguments": ("swapped", "transposed", "reordered", "extra axis"),
     "forget an unsqueeze": ("extra axis", "broadcast"),
+    "step ± 1 in a scalar function": ("off by one",),
+    "regroup an expression": ("grouped as",),
+    "remove a residual": ("residual",),
+    "size from the neighbouring axis": ("where the text's",),
 }
+ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow)
 REDUCTIONS = {"softmax", "log_softmax", "sum", "mean", "cumsum", "amax", "max", "argmax", "logsumexp", "norm"}
 BIAS_NAMES = ("b", "bias")
 
@@ -79,6 +85,15 @@ def _sites(tree):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Call) \
                 and ast.unparse(node.right.func) in ("math.sqrt", "torch.sqrt", "sqrt"):
             found.append(("scale by sqrt(d)", node, lambda n: n.left))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ARITHMETIC) and isinstance(node.left, ast.BinOp) \
+                and isinstance(node.left.op, ARITHMETIC):  # (a op b) op c as a op (b op c)
+            found.append(("regroup an expression", node, lambda n: ast.BinOp(n.left.left, n.left.op, ast.BinOp(n.left.right, n.op, n.right))))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            for x, branch in ((node.left, node.right), (node.right, node.left)):
+                if isinstance(x, ast.Name) and isinstance(branch, ast.Call):
+                    found.append(("remove a residual", node, lambda n, b=branch is node.right: n.right if b else n.left))
+        if _size_index(node) is not None:
+            found.append(("size from the neighbouring axis", node, _neighbouring_size))
         if isinstance(node, ast.Call):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             if name == "unsqueeze":
@@ -123,6 +138,26 @@ def _other_dim(call):
             return call
     call.args[0] = new
     return call
+
+
+def _size_index(node):
+    """The constant index of x.size(i) or x.shape[i], else None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "size" and len(node.args) == 1:
+        return _int(node.args[0])
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "shape":
+        return _int(node.slice)
+    return None
+
+
+def _neighbouring_size(node):
+    i = _size_index(node)
+    node = copy.deepcopy(node)
+    new = ast.Constant(i - 1 if i < 0 else i + 1)
+    if isinstance(node, ast.Call):
+        node.args[0] = new
+    else:
+        node.slice = new
+    return node
 
 
 class _Replace(ast.NodeTransformer):
@@ -193,11 +228,27 @@ def _scaled(x):
     return x * math.sqrt(x.shape[-1])
 
 
+def _step_mutation(ex, base):
+    """A function returning one number, called with its first integer argument one more, or None."""
+    call = ex.cases()[0].make()
+    at = next((i for i, x in enumerate(call.args) if type(x) is int), None)
+    out = run_call(ex.kind, ex.train_mode, base, call, False).outputs or ()
+    if ex.kind != "function" or at is None or len(out) != 1 or type(out[0]) not in (int, float):
+        return None
+
+    @functools.wraps(base)
+    def impl(*args, **kwargs):
+        return base(*args[:at], args[at] + 1, *args[at + 1:], **kwargs)
+    return Mutation("step ± 1 in a scalar function", "output", impl)
+
+
 def mutations(ex):
     base = getattr(ex.reference, "__wrapped__", ex.reference)
-    found = list(_source_mutations(base))
+    scalar = _step_mutation(ex, base)
+    found = [m for m in _source_mutations(base)
+             if (m.kind != "regroup an expression" or scalar) and (m.kind != "remove a residual" or ex.kind == "module")]
     if ex.kind in ("function", "module"):
-        found += [_output_mutation(ex, base, "shift along time", _shifted), _output_mutation(ex, base, "scale by sqrt(d)", _scaled)]
+        found += [_output_mutation(ex, base, "shift along time", _shifted), _output_mutation(ex, base, "scale by sqrt(d)", _scaled), scalar]
     return [m for m in found if m is not None]
 
 

@@ -70,3 +70,52 @@ def test_help_lists_the_commands():
     result = cli("--help")
     for command in ("check", "release", "grade", "demo"):
         assert command in result.stdout
+
+
+# ---------------------------------------------------------------- one mistake is charged once, here as by the grader
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("05_self_attention" not in ASSIGNMENTS, reason="notebook 05 is not among COURSE_ASSIGNMENTS")
+def test_check_charges_a_mistake_once_as_the_grader_does(tmp_path, monkeypatch):
+    # only scaled_dot_product_attention wrong: SelfAttention, which uses it, keeps its points in the learner's
+    # command as under grading, and the table says why
+    import importlib
+    import inspect
+    import re
+
+    import nbformat
+
+    from autograder import record
+    from autograder.grading import verdict
+    from autograder.release import fill_submission, mistake_source
+    from autograder.ship import closed_over
+    from conftest import judged_in_process
+
+    name = "05_self_attention"
+    sdpa = registry.get("scaled_dot_product_attention")
+    wrong = mistake_source(sdpa.name, sdpa.mistakes[0])
+    released = nbformat.read(ROOT / "notebooks" / name / f"{name}.ipynb", as_version=4)
+    solution = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    path = tmp_path / name / f"{name}.ipynb"
+    path.parent.mkdir()
+    nbformat.write(fill_submission(released, solution, {sdpa.name: wrong}), path)
+    result = cli("check", str(path))
+    total = float(re.search(r"^total\s+([\d.]+) / ", result.stdout, re.M).group(1))
+
+    # the grader's verdicts on the same code: the lesson's reference modules, then the wrong exercise
+    cases = tmp_path / "cases.pt"
+    cases.write_bytes(verdict.cases_for(name))
+    monkeypatch.setenv(record.CASES, str(cases))
+    monkeypatch.setattr(record, "_exercises", None)
+    namespace = {"__name__": "__main__"}
+    lessons = [(closed_over(ex.reference) or [ex.reference])[0] for ex in registry.for_notebook(name)]
+    for module in sorted({obj.__module__ for obj in lessons}):
+        exec(inspect.getsource(importlib.import_module(module)), namespace)
+    exec(wrong, namespace)
+    reports = judged_in_process(name, namespace)
+    assert [n for n, r in reports.items() if r.fraction < 1] == [sdpa.name]
+    assert total == sum(r.score for r in reports.values()) < sum(ex.points for ex in registry.for_notebook(name)), result.stdout
+    assert ("SelfAttention: checked on the course's scaled_dot_product_attention, since yours fails its check: "
+            "a mistake is charged once") in result.stdout
+    assert "It is right on its own" in result.stdout or "SelfAttention  " in result.stdout

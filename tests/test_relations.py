@@ -1,5 +1,6 @@
 """autograder.checks.relations and .variants: how a wrong tensor relates to the reference's, named only when it holds on
 every failed case; and, end to end, the sentence a check adds when no catalogued mistake matches."""
+import dataclasses
 import math
 
 import pytest
@@ -248,11 +249,11 @@ def test_changes_that_compute_the_same_thing_are_not_named():
     ex, _ = learners("rnn_cell", "h_prev @ W_hh.T", "h_prev @ W_hh")
     case = ex.cases()[0]
     same = Outcome(outputs=(torch.ones(2),))
-    case.variant_outcomes = {"a": ("what a.", same), "b": ("what b.", same)}
     want = Outcome(outputs=(torch.zeros(2),))
-    assert by_variant(ex, [(case, same)], [want]) == ""
-    case.variant_outcomes = {"a": ("what a.", same)}
-    assert by_variant(ex, [(case, same)], [want]) == "Your output is what a."
+    two = dataclasses.replace(case, variant_outcomes={"a": ("what a.", same), "b": ("what b.", same)})
+    assert by_variant(ex, [(two, same)], [want]) == ""
+    one = dataclasses.replace(case, variant_outcomes={"a": ("what a.", same)})
+    assert by_variant(ex, [(one, same)], [want]) == "Your output is what a."
 
 
 def test_nan_where_a_row_had_nothing_to_divide(monkeypatch):
@@ -410,3 +411,122 @@ def test_reading_the_line_that_raised_is_bounded_in_time():
         layer.training and x + torch.zeros(3) + layer(x)
     except RuntimeError as e:
         assert raised_at(e, None, seconds=0.5) == ()
+
+
+# ---------------------------------------------------------------- the reference's own source edited
+
+
+def test_a_number_one_step_off_is_named():
+    ex, fn = learners("warmup_lr", "step = max(step, 1)", "step = step + 1")
+    failure = check_exercise(ex, fn).failures()[0]
+    assert failure.problem == "the output is 0.00159375, expected 0.0015625"
+    assert failure.relation == ("Your warmup_lr(step) is the reference's warmup_lr(step + 1): off by one step "
+                                "(is the count 0-based or 1-based?).")
+
+
+def test_a_formula_grouped_another_way_is_named():
+    ex, fn = learners("length_penalty", "((5 + length) / 6) ** alpha", "(5 + length) / 6 ** alpha")
+    failure = check_exercise(ex, fn).failures()[0]
+    assert failure.problem == "the output is 2.04767, expected 1"
+    assert failure.relation.startswith(
+        "Your output is what the reference's ((5 + length) / 6) ** alpha computes when grouped as (5 + length) / (6 ** alpha), "
+        "where the reference's groups it as ((5 + length) / 6) ** alpha")
+
+
+def test_a_residual_left_out_is_named():
+    ex = registry.get("EncoderLayer")
+    layer = ex.reference.__wrapped__  # the class (the reference gives its norms random weights)
+    fn = mutant(layer, swap("self.norm2(x + self.dropout(self.ffn(x)))", "self.norm2(self.dropout(self.ffn(x)))"), "learner's")
+    failure = check_exercise(ex, fn).failures()[0]
+    assert failure.problem.startswith("the output is off by up to")
+    assert failure.relation == ("Your output is what the reference computes with x + self.dropout(self.ffn(x)) as "
+                                "self.dropout(self.ffn(x)): the residual connection (its input x added back) is left out.")
+    fn = mutant(layer, swap("self.norm2(x + self.dropout(self.ffn(x)))", "x + self.dropout(self.ffn(x))"), "learner's")
+    assert "the norm norm2 is left out" in check_exercise(ex, fn).failures()[0].relation
+
+
+def test_a_size_read_from_another_axis_is_named():
+    ex, fn = learners("attention_scores", "d_k = q.size(-1)", "d_k = k.shape[1]")
+    failure = check_exercise(ex, fn).failures()[0]
+    assert failure.problem == "the output is off by up to 0.3775 (tolerance 1e-05 + 0.0001·|expected|)"
+    assert failure.relation == ("Your output is what the reference computes with T_k (size 6) where the text's d_k (size 8) "
+                                "belongs: a size read from the wrong axis.")
+
+
+def test_a_mean_over_another_axis_is_named(monkeypatch):
+    ex = registry.get("LayerNorm")
+    fn = mutant(ex.reference.__wrapped__, swap("x.mean(dim=-1, keepdim=True)", "x.mean(dim=-2, keepdim=True)"), "learner's")
+    monkeypatch.setattr(ex, "mistakes", ())
+    assert check_exercise(ex, fn).failures()[0].relation == (
+        "Your output is what the reference computes with its mean over dim -2 instead of dim -1: a mean over the wrong axis.")
+
+
+def test_two_edits_that_compute_the_same_thing_are_not_named(monkeypatch):
+    from autograder.checks.edits import the_one
+    from autograder.checks.running import run_call
+
+    ex, fn = learners("attention_scores", "d_k = q.size(-1)", "d_k = k.shape[1]")
+    case = next(c for c in ex.cases() if c.label.startswith("q (1, 5, 16)"))  # T_q = T_k = 5: either is the size read
+    monkeypatch.setattr(ex, "cases", lambda: [case])
+    assert "where the text's" not in check_exercise(ex, fn).failures()[0].relation
+    outcome = run_call(ex.kind, ex.train_mode, fn, case.make(), False)
+    assert the_one(ex, [(case, outcome)], lambda ex, case: [("a", "a.", fn)]) == "a."
+    assert the_one(ex, [(case, outcome)], lambda ex, case: [("a", "a.", fn), ("a twin", "a.", fn)]) == "a."
+    assert the_one(ex, [(case, outcome)], lambda ex, case: [("a", "a.", fn), ("b", "b.", fn)]) == ""
+
+
+def test_a_catalogue_sentence_quoting_code_the_learner_did_not_write_gives_way_to_what_is_observed():
+    ex, fn = learners("attention_scores", "k.transpose(-2, -1)", "k.transpose(1, 2)")  # fine on (B, T, d), not with heads
+    failure = check_exercise(ex, fn).failures()[0]
+    assert failure.diagnosis == "" and "reverses every axis" not in failure.relation
+    assert failure.relation.startswith("Your code is right on every case whose inputs have 3 axes and wrong on every case with 4")
+    k_dot_T = next(m for m in ex.mistakes if m.name == "k_dot_T")  # the learner who wrote k.T is told so
+    assert check_exercise(ex, k_dot_T.impl).failures()[0].diagnosis == k_dot_T.says
+
+
+def test_edits_reach_into_the_functions_the_reference_calls():
+    ex = registry.get("scaled_dot_product_attention")  # its reference leaves the scores to attention_scores
+    source = ("def scaled_dot_product_attention(q, k, v, mask=None):\n    d_k = k.shape[1]\n"
+              "    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)\n    if mask is not None:\n"
+              "        scores = scores.masked_fill(~mask, float('-inf'))\n"
+              "    weights = torch.softmax(scores, dim=-1)\n    if mask is not None:\n        weights = weights.nan_to_num(0.0)\n"
+              "    return weights @ v, weights\n")
+    namespace = {"math": math, "torch": torch}
+    exec(source, namespace)
+    failure = check_exercise(ex, namespace["scaled_dot_product_attention"]).failures()[0]
+    assert failure.relation == ("Your outputs are what the reference computes with T_k (size 6) where the text's d_k "
+                                "(size 8) belongs: a size read from the wrong axis.")
+
+
+def test_swapped_arguments_are_named_and_two_orders_that_compute_alike_are_not_told_apart():
+    ex, fn = learners("pair_counts", "zip(ids, ids[1:])", "zip(ids[1:], ids)")
+    assert check_exercise(ex, fn).failures()[0].relation == (
+        "Your output is what the reference computes with zip(ids, ids[1:]) as zip(ids[1:], ids): its arguments ids "
+        "and ids[1:] swapped.")
+    ex, fn = learners("train_bpe", "merge_pair(ids, pair, new_id)", "merge_pair(pair, ids, new_id)")
+    said = check_exercise(ex, fn).failures()[0].relation
+    assert "as merge_pair(ids, new_id, pair) or as merge_pair(pair, ids, new_id), which compute the same here" in said
+
+
+def test_an_unsqueeze_left_out_is_named_by_the_error_it_raises():
+    ex, fn = learners("sinusoidal_positional_encoding", ".unsqueeze(1)", "")
+    said = check_exercise(ex, fn).failures()[0].relation
+    assert said.startswith("Your code raised what the reference raises with torch.arange(")
+    assert "the unsqueeze left out" in said
+
+
+def test_the_student_distribution_says_what_the_edits_say_from_their_stored_outcomes():
+    import warnings
+
+    from autograder import ship
+    from autograder.reference_data import exercise_from
+
+    for name, old, new in [("warmup_lr", "step = max(step, 1)", "step = step + 1"),
+                           ("KVCache", "self.keys[0].size(2)", "self.keys[0].size(3)")]:
+        ex, fn = learners(name, old, new)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            stored = exercise_from(ship.exercise_data(ex))
+        assert stored.reference is None
+        here, there = check_exercise(ex, fn).failures()[0], check_exercise(stored, fn).failures()[0]
+        assert there.relation == here.relation and ("off by one" in here.relation or "T_cached" in here.relation)

@@ -33,6 +33,19 @@ REQUIREMENTS = {
 }
 ASKS_FOR_AN_ERROR = re.compile(r"\braise (?:an? )?`?(\w+Error)`?")
 
+# Behaviour that an exercise's value shows only on some inputs (issue 50): the words that ask for it, and the
+# words a case's label or part must carry to check it, public and hidden (the part of its own: test_checks).
+BEHAVIOURS = {
+    "training mode": re.compile(r"\btrain(?:ing)? mode\b|\.train\(\)", re.I),
+    "eval mode": re.compile(r"\beval(?:uation)? mode\b|\.eval\(\)", re.I),
+    "dropout": re.compile(r"\bdropout\b", re.I),
+    "no <eos>": re.compile(r"\b(?:no|without|never says) `?<eos>`?", re.I),
+}
+# (exercise, behaviour): why no case needs to check it
+BEHAVIOURS_NOT_ASKED = {
+    ("FeedForward", "eval mode"): "says how the checks run (dropout does nothing in evaluation mode), asks nothing",
+}
+
 
 def exercise_texts():
     """{exercise: its text in the released notebook}: markdown from its heading to its check cell, and docstrings."""
@@ -96,3 +109,40 @@ def test_the_lint_finds_a_requirement_nobody_listed():
     assert requirement_sentences("Compute it. The rows must sum to 1; for odd d raise a `ValueError`.") == [
         "The rows must sum to 1;", "for odd d raise a `ValueError`."]
     assert ASKS_FOR_AN_ERROR.findall("For an odd `d_model` raise a `ValueError`.") == ["ValueError"]
+
+
+def behaviours_asked(text):
+    """The behaviours (keys of BEHAVIOURS) whose words the text uses."""
+    return {name for name, words in BEHAVIOURS.items() if words.search(text)}
+
+
+def behaviours_unchecked(name, text, cases):
+    """The behaviours the text asks for that no public case and no hidden case names in its label or part."""
+    def named(behaviour, hidden):
+        return any(behaviour in (c.label + " " + c.part).lower() for c in cases if c.hidden == hidden)
+    return sorted(b for b in behaviours_asked(text) if (name, b) not in BEHAVIOURS_NOT_ASKED
+                  and not (named(b, False) and named(b, True)))
+
+
+def test_every_behaviour_the_text_asks_for_has_a_case():
+    unchecked = {name: missing for name, text in exercise_texts().items()
+                 if (missing := behaviours_unchecked(name, text, registry.get(name).cases()))}
+    assert not unchecked, ("add a public and a hidden case whose label or part names the behaviour (in a part of its "
+                           f"own), or list it in BEHAVIOURS_NOT_ASKED with why: {unchecked}")
+    for name, behaviour in BEHAVIOURS_NOT_ASKED:
+        assert behaviour in behaviours_asked(exercise_texts()[name]), f"{name}: {behaviour!r} is no longer in its text"
+
+
+def test_the_lint_finds_a_behaviour_nobody_checks():
+    from autograder.checks.cases import Call, Case
+    text = "Runs in eval mode, without gradients; a prediction with no `<eos>` never matches. Call model.train() first."
+    assert behaviours_asked(text) == {"eval mode", "no <eos>", "training mode"}
+    assert behaviours_asked("Dropout on the weights.") == {"dropout"}
+    plain = [Case("B=2, T=5", lambda: Call()), Case("B=4, T=7", lambda: Call(), hidden=True)]
+    assert behaviours_unchecked("planted", text, plain) == ["eval mode", "no <eos>", "training mode"]
+    public_only = plain + [Case("B=3, predictions right but with no <eos>", lambda: Call(), part="no <eos>")]
+    assert behaviours_unchecked("planted", text, public_only) == ["eval mode", "no <eos>", "training mode"]
+    both = public_only + [Case("B=8", lambda: Call(), part="a prediction with no <eos>", hidden=True),
+                          Case("dropout=0.5 in eval mode", lambda: Call(), part="modes"),
+                          Case("the model handed over in eval mode; training mode after", lambda: Call(), part="modes", hidden=True)]
+    assert behaviours_unchecked("planted", text, both) == ["training mode"]

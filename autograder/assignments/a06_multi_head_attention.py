@@ -50,7 +50,10 @@ def merge_cases():
 EMPTY_ROW = "one query sees no key"
 
 
-def _mha_case(seed, B, T_q, T_k, d_model, h, mask=None, part="self-attention", dtype=torch.float32, hidden=False):
+def _mha_case(seed, B, T_q, T_k, d_model, h, mask=None, part="self-attention", dtype=torch.float32, dropout=None, train=False,
+              hidden=False):
+    """dropout: the module's dropout rate, run in training mode when `train` (the dropout masks drawn right after
+    torch.manual_seed(seed), the same for the reference and the learner) and in eval mode otherwise."""
     cross = part == "cross-attention" or T_q != T_k
 
     def make():
@@ -70,10 +73,14 @@ def _mha_case(seed, B, T_q, T_k, d_model, h, mask=None, part="self-attention", d
             m = r.mask(B, T_q, T_k)
             m[0, T_q // 2] = False
             kwargs["mask"] = m
-        return Call((q, kv, kv), kwargs, init=(d_model, h))
+        if dropout is None:
+            return Call((q, kv, kv), kwargs, init=(d_model, h))
+        return Call((q, kv, kv), kwargs, init=(d_model, h, dropout), seed=seed, train=train)
 
     says = {None: "", EMPTY_ROW: f", random mask, query {T_q // 2} sees no key"}.get(mask, f", {mask} mask")
     label = dims(B=B, T_q=T_q, T_k=T_k, d_model=d_model, h=h) + says + _dtype_label(dtype)
+    if dropout is not None:
+        label += f", dropout={dropout} in {'training' if train else 'eval'} mode"
     return Case(label, make, part=part, hidden=hidden)
 
 
@@ -85,6 +92,11 @@ def mha_cases():
         _mha_case(28, 3, 6, 6, 12, 3, mask="causal+padding", part="masks", hidden=True),
         _mha_case(29, 3, 5, 5, 8, 2, mask=EMPTY_ROW, part="masks"),
         _mha_case(30, 2, 4, 7, 12, 3, mask=EMPTY_ROW, part="masks", hidden=True),
+        # dropout on the weights in training mode only, the weights returned taken before it
+        _mha_case(61, 2, 5, 5, 8, 2, dropout=0.5, train=True, part="dropout"),
+        _mha_case(62, 2, 4, 6, 8, 2, dropout=0.5, part="dropout"),
+        _mha_case(63, 3, 6, 6, 12, 3, mask="causal", dropout=0.3, train=True, part="dropout", hidden=True),
+        _mha_case(64, 2, 3, 5, 12, 4, dropout=0.5, part="dropout", hidden=True),
     ]
 
 
@@ -153,7 +165,7 @@ EXERCISES = [
     Exercise("merge_heads", mh.merge_heads, points=1, cases=merge_cases),
     Exercise(
         "MultiHeadAttention", mh.MultiHeadAttention, points=4, cases=mha_cases, kind="module",
-        parts={"self-attention": 2, "cross-attention": 1, "masks": 1}, depends_on=("split_heads", "merge_heads"),
+        parts={"self-attention": 2, "cross-attention": 1, "masks": 1, "dropout": 0.5}, depends_on=("split_heads", "merge_heads"),
         returns=("output", "weights"),
     ),
     Exercise("mha_state_from_pytorch", mh.mha_state_from_pytorch, points=2, cases=state_cases),

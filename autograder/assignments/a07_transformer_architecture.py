@@ -3,6 +3,8 @@
 Each known mistake is an edit of the reference's class (autograder.mutants), so it
 keeps the reference's submodules and parameter names and the reference's weights load.
 """
+import dataclasses
+
 import torch
 
 import solutions_lib as sl
@@ -38,15 +40,30 @@ def ln_cases():
 # ---------------------------------------------------------------- FeedForward
 
 
-def _ff_case(seed, B, T, d_model, d_ff, dtype=torch.float32, hidden=False):
-    def make():
-        return Call((Draw(seed).randn(B, T, d_model, dtype=dtype),), init=(d_model, d_ff))
+def _dropout_label(dropout):
+    return f", dropout={dropout} in training mode"
 
-    return Case(dims(B=B, T=T, d_model=d_model, d_ff=d_ff) + _dtype_label(dtype), make, hidden=hidden)
+
+def _ff_case(seed, B, T, d_model, d_ff, dtype=torch.float32, dropout=None, hidden=False):
+    """dropout: the module's rate, run in training mode right after torch.manual_seed(seed) (Call.seed: the
+    reference and the learner draw the same masks), the part "dropout"; None: eval mode, the default rate."""
+    def make():
+        x = Draw(seed).randn(B, T, d_model, dtype=dtype)
+        if dropout is None:
+            return Call((x,), init=(d_model, d_ff))
+        return Call((x,), init=(d_model, d_ff, dropout), seed=seed, train=True)
+
+    label = dims(B=B, T=T, d_model=d_model, d_ff=d_ff) + _dtype_label(dtype)
+    if dropout is not None:
+        return Case(label + _dropout_label(dropout), make, part="dropout", hidden=hidden)
+    return Case(label, make, hidden=hidden)
 
 
 def ff_cases():
-    return [_ff_case(11, 2, 5, 8, 32), _ff_case(12, 1, 3, 6, 24), _ff_case(13, 3, 4, 12, 48, hidden=True)]
+    return [
+        _ff_case(11, 2, 5, 8, 32), _ff_case(12, 1, 3, 6, 24), _ff_case(13, 3, 4, 12, 48, hidden=True),
+        _ff_case(14, 2, 4, 8, 32, dropout=0.5), _ff_case(15, 3, 3, 6, 24, dropout=0.3, hidden=True),
+    ]
 
 # ---------------------------------------------------------------- layers and stacks
 
@@ -58,11 +75,18 @@ def _queries(lengths, T):
     return sl.padding_mask(lengths, T).transpose(1, 2)
 
 
-def _layer_case(seed, kind, B, T_src, T_tgt, d_model, h, d_ff, N=None, masks=False, part="no mask", dtype=torch.float32, hidden=False):
-    """masks: False, True (a source padding mask) or EMPTY_ROWS (padded queries, source and target, see no key)."""
+def _layer_case(seed, kind, B, T_src, T_tgt, d_model, h, d_ff, N=None, masks=False, part="no mask", dtype=torch.float32,
+                dropout=None, hidden=False):
+    """masks: False, True (a source padding mask) or EMPTY_ROWS (padded queries, source and target, see no key);
+    dropout: the rate, run in training mode right after torch.manual_seed(seed) (Call.seed), in the part "dropout"."""
     def make():
         r = Draw(seed)
         init = (d_model, h, d_ff) if N is None else (d_model, h, d_ff, N)
+        if dropout is not None:
+            return dataclasses.replace(made(r, init + (dropout,)), seed=seed, train=True)
+        return made(r, init)
+
+    def made(r, init):
         src = r.randn(B, T_src, d_model, dtype=dtype)
         lengths = r.integers(1, T_src + 1, B)
         lengths[0], lengths[-1] = 1, T_src
@@ -87,6 +111,8 @@ def _layer_case(seed, kind, B, T_src, T_tgt, d_model, h, d_ff, N=None, masks=Fal
     extra = "" if kind == "encoder" else ", causal tgt_mask"
     says = {False: "", True: ", source padding mask"}.get(masks, ", padding masks under which padded queries see no key")
     label = dims(**sizes) + extra + says + _dtype_label(dtype)
+    if dropout is not None:
+        return Case(label + _dropout_label(dropout), make, part="dropout", hidden=hidden)
     return Case(label, make, part=part, hidden=hidden)
 
 
@@ -98,6 +124,8 @@ def encoder_layer_cases():
         _layer_case(25, "encoder", 2, 4, None, 12, 3, 24, hidden=True),
         _layer_case(26, "encoder", 3, 5, None, 8, 2, 16, masks=EMPTY_ROWS, part="padding mask"),
         _layer_case(27, "encoder", 2, 6, None, 12, 3, 24, masks=EMPTY_ROWS, part="padding mask", hidden=True),
+        _layer_case(28, "encoder", 2, 5, None, 8, 2, 16, masks=True, dropout=0.3),
+        _layer_case(29, "encoder", 3, 4, None, 12, 3, 24, dropout=0.2, hidden=True),
     ]
 
 
@@ -109,6 +137,8 @@ def encoder_cases():
         _layer_case(34, "encoder", 2, 3, None, 8, 2, 16, N=2, hidden=True),
         _layer_case(35, "encoder", 3, 5, None, 8, 2, 16, N=2, masks=EMPTY_ROWS, part="padding mask"),
         _layer_case(36, "encoder", 2, 6, None, 12, 3, 24, N=2, masks=EMPTY_ROWS, part="padding mask", hidden=True),
+        _layer_case(37, "encoder", 2, 5, None, 8, 2, 16, N=2, masks=True, dropout=0.3),
+        _layer_case(38, "encoder", 3, 4, None, 12, 3, 24, N=2, dropout=0.2, hidden=True),
     ]
 
 
@@ -120,6 +150,8 @@ def decoder_layer_cases():
         _layer_case(45, "decoder", 2, 5, 3, 12, 3, 24, hidden=True),
         _layer_case(46, "decoder", 3, 5, 4, 8, 2, 16, masks=EMPTY_ROWS, part="padding mask"),
         _layer_case(47, "decoder", 2, 6, 5, 12, 3, 24, masks=EMPTY_ROWS, part="padding mask", hidden=True),
+        _layer_case(48, "decoder", 2, 5, 4, 8, 2, 16, masks=True, dropout=0.3),
+        _layer_case(49, "decoder", 3, 4, 5, 12, 3, 24, dropout=0.2, hidden=True),
     ]
 
 
@@ -131,14 +163,24 @@ def decoder_cases():
         _layer_case(54, "decoder", 2, 3, 4, 8, 2, 16, N=2, hidden=True),
         _layer_case(55, "decoder", 3, 5, 4, 8, 2, 16, N=2, masks=EMPTY_ROWS, part="padding mask"),
         _layer_case(56, "decoder", 2, 6, 5, 12, 3, 24, N=2, masks=EMPTY_ROWS, part="padding mask", hidden=True),
+        _layer_case(57, "decoder", 2, 5, 4, 8, 2, 16, N=2, masks=True, dropout=0.3),
+        _layer_case(58, "decoder", 3, 4, 5, 12, 3, 24, N=2, dropout=0.2, hidden=True),
     ]
 
 
-def _transformer_case(seed, B, T_src, T_tgt, src_vocab, tgt_vocab, d_model, h, N, d_ff, masks=False, tie=False, part="no mask", hidden=False):
+def _transformer_case(seed, B, T_src, T_tgt, src_vocab, tgt_vocab, d_model, h, N, d_ff, masks=False, tie=False, part="no mask",
+                      dropout=None, hidden=False):
+    """dropout: the rate, run in training mode right after torch.manual_seed(seed) (Call.seed), in the part "dropout";
+    None: dropout=0.1 in eval mode."""
     def make():
+        call = made()
+        return call if dropout is None else dataclasses.replace(call, seed=seed, train=True)
+
+    def made():
         r = Draw(seed)
         src, tgt = r.integers(0, src_vocab, B, T_src), r.integers(0, tgt_vocab, B, T_tgt)
-        init, sizes = (src_vocab, tgt_vocab), dict(d_model=d_model, h=h, d_ff=d_ff, N=N, dropout=0.1, max_len=32, tie_weights=tie)
+        rate = 0.1 if dropout is None else dropout
+        init, sizes = (src_vocab, tgt_vocab), dict(d_model=d_model, h=h, d_ff=d_ff, N=N, dropout=rate, max_len=32, tie_weights=tie)
         if not masks:
             return Call((src, tgt), init=init, init_kwargs=sizes)
         lengths = r.integers(1, T_src + 1, B)
@@ -153,6 +195,8 @@ def _transformer_case(seed, B, T_src, T_tgt, src_vocab, tgt_vocab, d_model, h, N
     label = dims(B=B, T_src=T_src, T_tgt=T_tgt, src_vocab=src_vocab, tgt_vocab=tgt_vocab, d_model=d_model, h=h, N=N, d_ff=d_ff)
     says = {False: "", True: ", padding masks"}.get(masks, ", padding masks, padded target queries see no key")
     label += says + (", tie_weights=True" if tie else "")
+    if dropout is not None:
+        return Case(label + _dropout_label(dropout), make, part="dropout", hidden=hidden)
     return Case(label, make, part=part, hidden=hidden)
 
 
@@ -166,6 +210,8 @@ def transformer_cases():
         _transformer_case(66, 2, 5, 4, 9, 9, 12, 3, 1, 24, tie=True, part="tied weights", hidden=True),
         _transformer_case(67, 3, 5, 5, 10, 8, 8, 2, 1, 16, masks=EMPTY_ROWS, part="padding masks"),
         _transformer_case(68, 2, 6, 6, 9, 11, 12, 3, 2, 24, masks=EMPTY_ROWS, part="padding masks", hidden=True),
+        _transformer_case(69, 2, 5, 4, 11, 13, 8, 2, 1, 16, masks=True, dropout=0.3),
+        _transformer_case(70, 3, 4, 5, 9, 9, 12, 3, 1, 24, dropout=0.2, hidden=True),
     ]
 
 
@@ -173,21 +219,22 @@ def transformer_cases():
 
 
 def _layer_or_stack(name, points, cases, depends_on):
-    """The exercise of a layer or a stack of them: checked without and with a source padding mask."""
+    """The exercise of a layer or a stack of them: checked without and with a source padding mask, and in training
+    mode with dropout."""
     return Exercise(name, with_random_norms(getattr(tf, name)), points=points, cases=cases, kind="module",
-                    parts={"no mask": 2, "padding mask": 1}, depends_on=depends_on)
+                    parts={"no mask": 2, "padding mask": 1, "dropout": 0.5}, depends_on=depends_on)
 
 
 EXERCISES = [
     Exercise("LayerNorm", with_random_norms(tf.LayerNorm), points=2, cases=ln_cases, kind="module"),
-    Exercise("FeedForward", tf.FeedForward, points=1, cases=ff_cases, kind="module"),
+    Exercise("FeedForward", tf.FeedForward, points=1, cases=ff_cases, kind="module", parts={"main": 3, "dropout": 1}),
     _layer_or_stack("EncoderLayer", 3, encoder_layer_cases, depends_on=("LayerNorm", "FeedForward")),
     _layer_or_stack("Encoder", 2, encoder_cases, depends_on=("EncoderLayer",)),
     _layer_or_stack("DecoderLayer", 3, decoder_layer_cases, depends_on=("LayerNorm", "FeedForward")),
     _layer_or_stack("Decoder", 2, decoder_cases, depends_on=("DecoderLayer",)),
     Exercise(
         "Transformer", with_random_norms(tf.Transformer), points=4, cases=transformer_cases, kind="module",
-        parts={"no mask": 2, "padding masks": 1, "tied weights": 1}, depends_on=("Encoder", "Decoder"),
+        parts={"no mask": 2, "padding masks": 1, "tied weights": 1, "dropout": 0.5}, depends_on=("Encoder", "Decoder"),
     ),
 ]
 

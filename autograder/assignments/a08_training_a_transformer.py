@@ -130,14 +130,16 @@ PRECISIONS = {  # the precision paths of section 8, on the CPU: (autocast's dtyp
 
 
 def _step_case(seed, B, T_src, T_tgt, V=11, d_model=16, h=2, N=1, smoothing=0.1, clip=0.5, dtype=torch.float32, amp=None,
-               hidden=False):
+               dropout=0.0, hidden=False):
     """Fresh model, optimizer and scheduler from a fixed seed, as after a few steps of training; amp: a key of
-    PRECISIONS, the step under that autocast (and gradient scaler, which doubles its scale after each good step)."""
+    PRECISIONS, the step under that autocast (and gradient scaler, which doubles its scale after each good step).
+    dropout: a model with this dropout, handed over in eval mode (as greedy_decode or an evaluation leaves it), the
+    step run right after torch.manual_seed(seed), so that the reference and the learner draw the same masks."""
 
     def make():
         r = Draw(seed)
         torch.manual_seed(seed)
-        model = Transformer(V, V, d_model=d_model, h=h, d_ff=2 * d_model, N=N, dropout=0.0, max_len=32).to(dtype)
+        model = Transformer(V, V, d_model=d_model, h=h, d_ff=2 * d_model, N=N, dropout=dropout, max_len=32).to(dtype)
         params = list(model.parameters())
         optimizer = torch.optim.AdamW(params, lr=1.0, betas=(0.9, 0.98), eps=1e-9)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, LinearWarmup(0.01, 4))
@@ -155,13 +157,18 @@ def _step_case(seed, B, T_src, T_tgt, V=11, d_model=16, h=2, N=1, smoothing=0.1,
             kwargs["autocast"] = functools.partial(torch.autocast, "cpu", dtype=low)  # a lambda would not pickle
             if scale:
                 kwargs["scaler"] = torch.amp.GradScaler("cpu", init_scale=scale, growth_interval=1)
+        if dropout:
+            return Call((model.eval(), optimizer, scheduler, src, tgt), kwargs, seed=seed)
         return Call((model, optimizer, scheduler, src, tgt), kwargs)
 
     label = dims(B=B, T_src=T_src, T_tgt=T_tgt, d_model=d_model, h=h, N=N) + f", smoothing={smoothing}, clip={clip}" + _dtype_label(dtype)
     if amp:
         label += {"bfloat16": ", bfloat16 autocast", "float16": ", float16 autocast + scaler",
                   "float16, overflow": ", float16 autocast + scaler, overflowing"}[amp]
-    return Case(label, make, part="mixed precision" if amp else "float32", hidden=hidden, grad=False)
+    if dropout:
+        label += f", dropout={dropout}, the model handed over in eval mode"
+    part = "training mode" if dropout else "mixed precision" if amp else "float32"
+    return Case(label, make, part=part, hidden=hidden, grad=False)
 
 
 def step_cases():
@@ -170,13 +177,17 @@ def step_cases():
         _step_case(833, 4, 7, 6, d_model=24, h=3, N=2, hidden=True),
         _step_case(834, 3, 6, 5, amp="bfloat16"), _step_case(835, 3, 5, 6, amp="float16"),
         _step_case(836, 2, 6, 5, amp="float16, overflow"), _step_case(837, 4, 6, 6, clip=0.3, amp="float16", hidden=True),
+        _step_case(838, 3, 6, 5, dropout=0.3), _step_case(839, 4, 5, 7, d_model=24, h=3, dropout=0.2, hidden=True),
     ]
 
 
 # ---------------------------------------------------------------- greedy_decode
 
 
-def _decode_case(seed, B, T_src, max_len, model="copy", hidden=False):
+def _decode_case(seed, B, T_src, max_len, model="copy", dropout=0.0, hidden=False):
+    """model: "copy" or "random"; dropout: a random Transformer with this dropout, handed over in training mode
+    (as train_step leaves it), decoded right after torch.manual_seed(seed)."""
+
     def make():
         r = Draw(seed)
         V = 9
@@ -185,50 +196,66 @@ def _decode_case(seed, B, T_src, max_len, model="copy", hidden=False):
             m = CopyModel(V, seed)
         else:
             torch.manual_seed(seed)
-            m = Transformer(V, V, d_model=16, h=2, d_ff=32, N=2, dropout=0.0, max_len=32)
+            m = Transformer(V, V, d_model=16, h=2, d_ff=32, N=2, dropout=dropout, max_len=32)
+        if dropout:
+            return Call((m.train(), src, max_len), {"bos_id": BOS, "eos_id": EOS, "pad_id": PAD}, seed=seed)
         return Call((m, src, max_len), {"bos_id": BOS, "eos_id": EOS, "pad_id": PAD})
 
     label = f"{'a model that copies its source' if model == 'copy' else 'a random Transformer'}, " + dims(B=B, T_src=T_src, max_len=max_len)
-    return Case(label, make, hidden=hidden, grad=False)
+    if dropout:
+        label += f", dropout={dropout}, the model handed over in training mode"
+    return Case(label, make, part="eval mode" if dropout else "main", hidden=hidden, grad=False)
 
 
 def decode_cases():
     return [
         _decode_case(841, 3, 5, 8), _decode_case(842, 4, 6, 4), _decode_case(843, 2, 5, 6, model="random"),
         _decode_case(844, 5, 7, 10, hidden=True), _decode_case(845, 3, 4, 5, model="random", hidden=True),
+        _decode_case(846, 4, 6, 6, model="random", dropout=0.5), _decode_case(847, 5, 5, 7, model="random", dropout=0.5, hidden=True),
     ]
 
 
 # ---------------------------------------------------------------- exact_match
 
 
-def _match_case(seed, B, T, hidden=False):
-    """Predictions that are right, wrong in one token, right but with babble after <eos>, or missing <eos>."""
+def _match_case(seed, B, T, no_eos=False, hidden=False):
+    """Predictions that are right, wrong in one token, right but with babble after <eos>, one token too long, or
+    stopping one token early; no_eos: predictions that are right, or right but never say <eos> (the part of its own)."""
 
     def make():
         r = Draw(seed)
         tgt = _targets(r, B, T, 9, min_len=2)
         pred = torch.cat([tgt, torch.zeros(B, 2, dtype=torch.long)], dim=1)
-        kind = r.integers(0, 5, B)
-        kind[:5] = torch.arange(5)[:B]
+        if no_eos:
+            kind = torch.tensor([0, 3, 2])[r.integers(0, 3, B)]
+            kind[:3] = torch.tensor([0, 3, 2])[:B]
+        else:
+            kind = r.integers(0, 5, B)
+            kind[:5] = torch.arange(5)[:B]
         for b in range(B):
             end = int((tgt[b] == EOS).nonzero()[0])
             if kind[b] == 1:  # one wrong token
                 pred[b, end - 1] = 3 + (int(tgt[b, end - 1]) - 2) % 6
             elif kind[b] == 2:  # right, then babble after <eos>
                 pred[b, end + 1 :] = r.integers(3, 9, pred.size(1) - end - 1)
-            elif kind[b] == 3:  # never says <eos>
+            elif kind[b] == 3 and no_eos:  # the right tokens, but never says <eos>
                 pred[b, end:] = 4
+            elif kind[b] == 3:  # one token too many, then <eos>
+                pred[b, end], pred[b, end + 1] = 4, EOS
             elif kind[b] == 4:  # stops one token early
                 pred[b, end - 1] = EOS
                 pred[b, end:] = PAD
         return Call((pred, tgt), {"eos_id": EOS})
 
-    return Case(dims(B=B, T=T), make, hidden=hidden, grad=False)
+    label = dims(B=B, T=T) + (", predictions right but with no <eos>" if no_eos else "")
+    return Case(label, make, part="a prediction with no <eos>" if no_eos else "main", hidden=hidden, grad=False)
 
 
 def match_cases():
-    return [_match_case(851, 6, 6), _match_case(852, 9, 8), _match_case(853, 3, 5), _match_case(854, 12, 7, hidden=True)]
+    return [
+        _match_case(851, 6, 6), _match_case(852, 9, 8), _match_case(853, 3, 5), _match_case(854, 12, 7, hidden=True),
+        _match_case(855, 5, 6, no_eos=True), _match_case(856, 8, 7, no_eos=True, hidden=True),
+    ]
 
 
 # Two mistakes of exact_match that no edit of the reference expresses (the TOML file names them).
@@ -266,16 +293,17 @@ def length_penalty_cases():
 # ---------------------------------------------------------------- beam_search
 
 
-def tiny_model(seed, V, eos_bias=0.0, scale=1.0, dtype=torch.float64):
+def tiny_model(seed, V, eos_bias=0.0, scale=1.0, dtype=torch.float64, dropout=0.0):
     """A random Transformer of vocabulary V (d_model=8, one layer), its logits multiplied by `scale` (sharper
-    distributions) and <eos>'s raised by `eos_bias` (hypotheses that end sooner)."""
+    distributions) and <eos>'s raised by `eos_bias` (hypotheses that end sooner); in eval mode, or with `dropout`
+    in training mode (as train_step leaves it)."""
     torch.manual_seed(seed)
-    model = Transformer(V, V, d_model=8, h=2, d_ff=16, N=1, dropout=0.0, max_len=16).to(dtype)
+    model = Transformer(V, V, d_model=8, h=2, d_ff=16, N=1, dropout=dropout, max_len=16).to(dtype)
     with torch.no_grad():
         model.out.weight.mul_(scale)
         model.out.bias.mul_(scale)
         model.out.bias[EOS] += eos_bias
-    return model.eval()
+    return model.train() if dropout else model.eval()
 
 
 def sequences(V, max_len):
@@ -283,20 +311,25 @@ def sequences(V, max_len):
     return sum((V - 1) ** (L - 1) for L in range(1, max_len + 1)) + (V - 1) ** max_len
 
 
-def _beam_case(seed, V, max_len, beam_size, alpha, eos_bias=0.0, scale=1.0, dtype=torch.float64, greedy_worse=False, hidden=False):
+def _beam_case(seed, V, max_len, beam_size, alpha, eos_bias=0.0, scale=1.0, dtype=torch.float64, greedy_worse=False,
+               dropout=0.0, hidden=False):
     """A random tiny model and a source of 3 tokens. greedy_worse: greedy decoding finds a target that scores lower
     (tests/reference/test_reference_beam.py checks it); a beam_size of at least sequences(V, max_len) holds every
-    target, so the beam finds the best of them all (the part "every target in the beam")."""
+    target, so the beam finds the best of them all (the part "every target in the beam"). dropout: the model has
+    this dropout and comes in training mode, the search run right after torch.manual_seed(seed) (the part "eval mode")."""
     def make():
         r = Draw(seed)
         src = r.integers(3, V, 1, 3)
-        return Call((tiny_model(seed, V, eos_bias, scale, dtype), src, beam_size, max_len),
-                    {"alpha": alpha, "bos_id": BOS, "eos_id": EOS, "pad_id": PAD})
+        return Call((tiny_model(seed, V, eos_bias, scale, dtype, dropout), src, beam_size, max_len),
+                    {"alpha": alpha, "bos_id": BOS, "eos_id": EOS, "pad_id": PAD}, seed=seed if dropout else None)
 
     wide = beam_size >= sequences(V, max_len)
     label = (dims(V=V, max_len=max_len, beam_size=beam_size) + (f" (all {sequences(V, max_len)} targets)" if wide else "")
              + f", alpha={alpha}" + _dtype_label(dtype) + ("; greedy finds a worse target" if greedy_worse else ""))
-    return Case(label, make, part="every target in the beam" if wide else "a narrow beam", hidden=hidden, grad=False)
+    if dropout:
+        label += f", dropout={dropout}, the model handed over in training mode"
+    part = "eval mode" if dropout else "every target in the beam" if wide else "a narrow beam"
+    return Case(label, make, part=part, hidden=hidden, grad=False)
 
 
 def beam_search_cases():
@@ -312,6 +345,8 @@ def beam_search_cases():
         _beam_case(866, 4, 4, 121, 0.0, scale=2.0, greedy_worse=True, hidden=True),
         _beam_case(861, 4, 3, 40, 0.6, hidden=True),
         _beam_case(867, 6, 4, 3, 0.6, scale=3.0, greedy_worse=True, hidden=True),
+        _beam_case(868, 5, 4, 3, 0.6, scale=2.0, greedy_worse=True, dropout=0.5),
+        _beam_case(869, 6, 4, 4, 1.0, scale=2.0, greedy_worse=True, dropout=0.5, hidden=True),
     ]
 
 
@@ -325,15 +360,15 @@ EXERCISES = [
     Exercise("warmup_lr", ref.warmup_lr, points=1, cases=lr_cases),
     Exercise(
         "train_step", ref.train_step, points=3, cases=step_cases, returns=("loss", "state after the step"), state_after=True,
-        parts={"float32": 2, "mixed precision": 1},
+        parts={"float32": 2, "mixed precision": 1, "training mode": 0.5},
         depends_on=("shift_right", "make_masks", "label_smoothed_cross_entropy"),
     ),
-    Exercise("greedy_decode", ref.greedy_decode, points=2, cases=decode_cases),
-    Exercise("exact_match", ref.exact_match, points=1, cases=match_cases),
+    Exercise("greedy_decode", ref.greedy_decode, points=2, cases=decode_cases, parts={"main": 2, "eval mode": 0.5}),
+    Exercise("exact_match", ref.exact_match, points=1, cases=match_cases, parts={"main": 2, "a prediction with no <eos>": 1}),
     Exercise("length_penalty", ref.length_penalty, points=1, cases=length_penalty_cases),
     Exercise(
         "beam_search", ref.beam_search, points=3, cases=beam_search_cases, returns=("best target", "score"),
-        parts={"every target in the beam": 1, "a narrow beam": 2}, depends_on=("length_penalty",),
+        parts={"every target in the beam": 1, "a narrow beam": 2, "eval mode": 0.5}, depends_on=("length_penalty",),
     ),
 ]
 

@@ -24,15 +24,20 @@ NOTEBOOK = "10_a_gpt_of_your_own"
 # ---------------------------------------------------------------- Block
 
 
-def _block_case(seed, B, T, d_model, h, d_ff, cached=0, hidden=False):
-    """cached: how many positions the cache already holds (0: no cache); the block is layer 1 of 3."""
+def _block_case(seed, B, T, d_model, h, d_ff, cached=0, dropout=None, hidden=False):
+    """cached: how many positions the cache already holds (0: no cache); the block is layer 1 of 3. dropout: the
+    rate, run in training mode right after torch.manual_seed(seed) (Call.seed), in the part "dropout"."""
     def make():
         x = Draw(seed).randn(B, T, d_model)
+        if dropout is not None:
+            return Call((x,), init=(d_model, h, d_ff, dropout), seed=seed, train=True)
         if not cached:
             return Call((x,), init=(d_model, h, d_ff))
         return Call((x,), {"cache": PrefilledCache(3, B, h, cached, d_model // h, seed), "i": 1}, init=(d_model, h, d_ff))
 
     label = dims(B=B, T=T, d_model=d_model, h=h, d_ff=d_ff) + (f", a KV cache holding {cached} positions" if cached else "")
+    if dropout is not None:
+        return Case(label + f", dropout={dropout} in training mode", make, part="dropout", hidden=hidden)
     return Case(label, make, part="with a KV cache" if cached else "no cache", hidden=hidden)
 
 
@@ -41,25 +46,32 @@ def block_cases():
         _block_case(1, 2, 5, 8, 2, 16), _block_case(2, 1, 3, 12, 3, 24), _block_case(3, 3, 7, 16, 4, 32),
         _block_case(4, 2, 1, 8, 2, 16, cached=4), _block_case(5, 2, 3, 12, 3, 24, cached=2),
         _block_case(6, 2, 6, 8, 2, 16, hidden=True), _block_case(7, 1, 2, 16, 4, 32, cached=5, hidden=True),
+        _block_case(8, 2, 5, 8, 2, 16, dropout=0.3), _block_case(9, 3, 4, 12, 3, 24, dropout=0.2, hidden=True),
     ]
 
 
 # ---------------------------------------------------------------- GPT
 
 
-def _gpt_case(seed, B, T, V, d_model, h, N, block_size, cached=0, hidden=False):
-    """Always with targets: the check compares the loss too (a None in place of the loss cannot be compared)."""
+def _gpt_case(seed, B, T, V, d_model, h, N, block_size, cached=0, dropout=None, hidden=False):
+    """Always with targets: the check compares the loss too (a None in place of the loss cannot be compared).
+    dropout: the rate, run in training mode right after torch.manual_seed(seed) (Call.seed), in the part "dropout";
+    None: dropout=0.1 in eval mode."""
     def make():
         r = Draw(seed)
         idx = r.integers(0, V, B, T)
-        sizes = dict(d_model=d_model, h=h, d_ff=2 * d_model, N=N, block_size=block_size, dropout=0.1)
+        sizes = dict(d_model=d_model, h=h, d_ff=2 * d_model, N=N, block_size=block_size, dropout=dropout or 0.1)
         kwargs = {"targets": r.integers(0, V, B, T)}
         if cached:
             kwargs["cache"] = PrefilledCache(N, B, h, cached, d_model // h, seed)
+        if dropout is not None:
+            return Call((idx,), kwargs, init=(V,), init_kwargs=sizes, seed=seed, train=True)
         return Call((idx,), kwargs, init=(V,), init_kwargs=sizes)
 
     label = dims(B=B, T=T, V=V, d_model=d_model, h=h, N=N, block_size=block_size)
     label += ", with targets" + (f", a KV cache holding {cached} positions" if cached else "")
+    if dropout is not None:
+        return Case(label + f", dropout={dropout} in training mode", make, part="dropout", hidden=hidden)
     return Case(label, make, part="with a KV cache" if cached else "logits and loss", hidden=hidden)
 
 
@@ -70,6 +82,7 @@ def gpt_cases():
         _gpt_case(14, 2, 2, 11, 8, 2, 2, 8, cached=5), _gpt_case(15, 1, 1, 7, 12, 3, 2, 9, cached=8),
         _gpt_case(16, 2, 7, 10, 8, 2, 3, 7, hidden=True),
         _gpt_case(17, 3, 3, 12, 16, 4, 1, 12, cached=6, hidden=True),
+        _gpt_case(18, 2, 5, 11, 8, 2, 2, 8, dropout=0.3), _gpt_case(19, 3, 4, 9, 12, 3, 1, 6, dropout=0.2, hidden=True),
     ]
 
 
@@ -184,17 +197,22 @@ def cache_cases():
 # ---------------------------------------------------------------- generate
 
 
-def _generate_case(seed, B, T, new, part="greedy", use_cache=True, block_size=12, hidden=False, **sampling):
+def _generate_case(seed, B, T, new, part="greedy", use_cache=True, block_size=12, dropout=0.0, hidden=False, **sampling):
+    """dropout: a TinyGPT with this dropout, handed over in training mode (as training leaves it), generating right
+    after torch.manual_seed(seed) (the part "eval mode")."""
     def make():
         V = 13
         idx = Draw(seed).integers(0, V, B, T)
         drawn = sampling | {"generator": torch.Generator().manual_seed(seed)} if sampling else {"temperature": 0}
         kwargs = {"use_cache": use_cache} | drawn
-        return Call((TinyGPT(V, block_size=block_size, seed=seed), idx, new), kwargs)
+        model = TinyGPT(V, block_size=block_size, seed=seed, dropout=dropout)
+        return Call((model.train(), idx, new), kwargs, seed=seed if dropout else None)
 
     label = f"a small model with random weights (block_size={block_size}), prompt " + dims(B=B, T=T)
     label += f", {new} new tokens, use_cache={use_cache}" + "".join(f", {k}={v}" for k, v in sampling.items())
-    return Case(label, make, part=part, hidden=hidden, grad=False)
+    if dropout:
+        label += f", dropout={dropout}, the model handed over in training mode"
+    return Case(label, make, part="eval mode" if dropout else part, hidden=hidden, grad=False)
 
 
 def generate_cases():
@@ -205,35 +223,40 @@ def generate_cases():
         _generate_case(66, 4, 2, 8, part="sampling", temperature=0.9, top_k=5),
         _generate_case(67, 3, 5, 7, hidden=True), _generate_case(68, 1, 9, 9, part="beyond block_size", hidden=True),
         _generate_case(69, 3, 3, 9, part="sampling", temperature=1.2, top_p=0.9, hidden=True),
+        _generate_case(70, 3, 4, 6, dropout=0.5), _generate_case(71, 2, 3, 7, dropout=0.5, hidden=True),
     ]
 
 
 # ---------------------------------------------------------------- beam_generate
 
 
-def _flatter_gpt(V, block_size, seed):
+def _flatter_gpt(V, block_size, seed, dropout=0.0):
     """TinyGPT in float64 with its logits halved: flatter distributions, where greedy decoding often misses the
     likeliest continuation."""
-    model = TinyGPT(V, block_size=block_size, seed=seed).double()
+    model = TinyGPT(V, block_size=block_size, seed=seed, dropout=dropout).double()
     with torch.no_grad():
         model.unembed.mul_(0.5)
     return model
 
 
-def _beam_case(seed, V, T, new, beam_size, block_size=12, part=None, greedy_worse=False, hidden=False):
+def _beam_case(seed, V, T, new, beam_size, block_size=12, part=None, greedy_worse=False, dropout=0.0, hidden=False):
     """A small random GPT in float64 (course_lib.gpt.TinyGPT) and a prompt of T tokens. A beam of at least
     V ** (new - 1) hypotheses keeps every continuation but the last token's, so it finds the likeliest of all
     V ** new (the part "every continuation in the beam"; tests/reference/test_reference_beam_gpt.py checks it
-    against an exhaustive search, and that greedy decoding finds a less likely one where greedy_worse says so)."""
+    against an exhaustive search, and that greedy decoding finds a less likely one where greedy_worse says so).
+    dropout: a model with this dropout, handed over in training mode, searched right after torch.manual_seed(seed)
+    (the part "eval mode")."""
     def make():
         idx = Draw(seed).integers(0, V, 1, T)
-        return Call((_flatter_gpt(V, block_size, seed), idx, new, beam_size))
+        model = _flatter_gpt(V, block_size, seed, dropout)
+        return Call((model.train(), idx, new, beam_size), seed=seed if dropout else None)
 
     wide = beam_size >= V ** (new - 1)
-    part = part or ("every continuation in the beam" if wide else "a narrow beam")
+    part = "eval mode" if dropout else part or ("every continuation in the beam" if wide else "a narrow beam")
     label = (dims(V=V, block_size=block_size) + f", prompt T={T}, {new} new tokens, beam_size={beam_size}"
              + (f" (all {V ** new} continuations)" if wide else "")
-             + ("; greedy finds a less likely one" if greedy_worse else ""))
+             + ("; greedy finds a less likely one" if greedy_worse else "")
+             + (f", dropout={dropout}, the model handed over in training mode" if dropout else ""))
     return Case(label, make, part=part, hidden=hidden, grad=False)
 
 
@@ -247,6 +270,7 @@ def beam_generate_cases():
         _beam_case(102, 5, 2, 3, 25, greedy_worse=True, hidden=True),
         _beam_case(133, 4, 2, 5, 3, greedy_worse=True, hidden=True),
         _beam_case(154, 4, 4, 5, 2, block_size=6, part="beyond block_size", hidden=True),
+        _beam_case(171, 5, 3, 4, 3, dropout=0.5), _beam_case(172, 4, 2, 5, 3, dropout=0.5, hidden=True),
     ]
 
 
@@ -259,17 +283,18 @@ EXERCISES = [
              parts={"unigram": 1, "bigram and trigram": 2}, depends_on=("nats_per_char",)),
     Exercise("get_batch", data.get_batch, points=2, cases=batch_cases, returns=("x", "y")),
     Exercise("Block", with_random_norms(gpt.Block), points=3, cases=block_cases, kind="module",
-             parts={"no cache": 2, "with a KV cache": 1}),
+             parts={"no cache": 2, "with a KV cache": 1, "dropout": 0.5}),
     Exercise("GPT", with_random_norms(gpt.GPT), points=3, cases=gpt_cases, kind="module",
-             parts={"logits and loss": 3, "with a KV cache": 1}, depends_on=("Block",), returns=("logits", "loss")),
+             parts={"logits and loss": 3, "with a KV cache": 1, "dropout": 0.5}, depends_on=("Block",), returns=("logits", "loss")),
     Exercise("sample_next", gpt.sample_next, points=3, cases=sample_cases, parts={"temperature": 1, "top-k": 1, "top-p": 1}),
     Exercise("KVCache", gpt.KVCache, points=2, cases=cache_cases, kind="class",
              returns=("lengths read", "keys extend returned", "values extend returned")),
     Exercise("generate", gpt.generate, points=3, cases=generate_cases, returns=("ids", "state after generate"), state_after=True,
-             parts={"greedy": 2, "beyond block_size": 1, "sampling": 1}, depends_on=("sample_next", "KVCache")),
+             parts={"greedy": 2, "beyond block_size": 1, "sampling": 1, "eval mode": 0.5}, depends_on=("sample_next", "KVCache")),
     Exercise("beam_generate", gpt.beam_generate, points=3, cases=beam_generate_cases, state_after=True,
              returns=("ids", "score", "state after beam_generate"),
-             parts={"every continuation in the beam": 1, "a narrow beam": 2, "beyond block_size": 1}, depends_on=("KVCache",)),
+             parts={"every continuation in the beam": 1, "a narrow beam": 2, "beyond block_size": 1, "eval mode": 0.5},
+             depends_on=("KVCache",)),
 ]
 
 # The demo's third student makes these two mistakes (exercise, mistake name).

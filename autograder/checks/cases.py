@@ -13,12 +13,20 @@ DEFAULT_TIMEOUT_S = float(os.environ.get("AUTOGRADER_CHECK_TIMEOUT", "60"))
 
 @dataclass
 class Call:
-    """The inputs of one case. For a module, `init` and `init_kwargs` are the constructor's arguments."""
+    """The inputs of one case. For a module, `init` and `init_kwargs` are the constructor's arguments.
+
+    `seed`: the call runs right after torch.manual_seed(seed), once its module is built and holds its weights, so
+    that dropout in training mode draws the same masks for the reference and the learner (here and in the grading
+    sandbox, where the call travels pickled, seed included: autograder.checks.travel.portable_call). `train`: the
+    mode of a module exercise's module for this call, in place of the exercise's train_mode; None keeps that.
+    """
 
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
     init: tuple | None = None
     init_kwargs: dict = field(default_factory=dict)
+    seed: int | None = None
+    train: bool | None = None
 
 
 @dataclass
@@ -37,8 +45,11 @@ class Case:
     weights: dict | None = None
     mistake_outcomes: dict | None = None
     variant_outcomes: dict | None = None  # {name: (sentence, outcome)}: autograder.checks.variants.variant_outcomes
+    edit_outcomes: dict | None = None  # {(finder, name): (sentence, outcome)}: autograder.checks.edits.edit_outcomes
     # A requirement of the exercise's text: on these inputs the code must raise this exception (its class name).
     raises: str | None = None
+    # What the checks worked out on this case, kept for the next time they ask (autograder.checks.running.memo).
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass

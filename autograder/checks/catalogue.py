@@ -2,15 +2,19 @@
 code computed."""
 from __future__ import annotations
 
+import inspect
+import re
+
 from autograder.checks.comparing import same_outputs
-from autograder.checks.running import forward_only, reference_module, run
+from autograder.checks.running import forward_only, memo, reference_module, run, who
 
 
 def mistake_outcome(exercise, mistake, case):
     """What a catalogued mistake computes on `case`, forward only."""
     if case.mistake_outcomes is not None:
         return case.mistake_outcomes[mistake.name]
-    return run(exercise, mistake.impl, forward_only(case), reference_module(exercise, case))
+    return memo(case, ("mistake", who(exercise), mistake.impl),
+                lambda: run(exercise, mistake.impl, forward_only(case), reference_module(exercise, case)))
 
 
 def diagnose(exercise, failed):
@@ -31,3 +35,20 @@ def diagnose(exercise, failed):
         if hits > best_hits:
             best, best_hits = mistake, hits
     return best
+
+
+def quotes_unwritten(mistake, impl):
+    """Whether the mistake's sentence quotes an attribute its edit writes ("k.T reverses every axis", the edit
+    writing keys.T) that the learner's own source shows is not there (q @ k.transpose(1, 2)): then the sentence
+    names a construct the learner did not write. Where the source is not at hand, the sentence stands."""
+    if getattr(mistake, "edit", None) is None or impl is None:
+        return False
+    try:
+        source = getattr(impl, "__mutant_source__", None) or inspect.getsource(impl)
+    except (OSError, TypeError):
+        return False
+    added = set()
+    for old, new, _ in mistake.edit.steps:
+        added |= set(re.findall(r"\.\w+\b", new)) - set(re.findall(r"\.\w+\b", old))
+    quoted = [a for a in added if re.search(re.escape(a) + r"\b", mistake.says)]
+    return any(not re.search(re.escape(a) + r"\b", source) for a in quoted)

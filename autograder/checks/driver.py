@@ -7,9 +7,9 @@ The top room of autograder.checks: `check` in a notebook (autograder.api), the g
 from __future__ import annotations
 
 from autograder.checks.cases import DEFAULT_TIMEOUT_S, CaseResult, CheckTimeout, Report, WeightMismatch, raised
-from autograder.checks.catalogue import diagnose
+from autograder.checks.catalogue import diagnose, quotes_unwritten
 from autograder.checks.comparing import compare_outcomes, describe_error, describe_inputs, first_differences, same_outputs
-from autograder.checks.labels import only_on
+from autograder.checks.labels import by_rank, only_on
 from autograder.checks.raised import raised_at
 from autograder.checks.relations import explain
 from autograder.checks.running import parameter_names, reference_outcome, run_call
@@ -81,6 +81,8 @@ def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outc
             failed.append((case, outcome))
     if failed:
         mistake = diagnose(exercise, failed)
+        if mistake is not None and quotes_unwritten(mistake, impl):
+            mistake = None  # its sentence quotes code the learner did not write: say what is observed instead
         if mistake is not None:
             for r in results:
                 r.diagnosis = "" if r.ok else mistake.says
@@ -88,7 +90,7 @@ def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outc
             plain = [(i, f) for i, f in enumerate(failed) if f[0].raises is None]  # a missing raise has no relation
             wants = [r.reference for r in results if not r.ok]
             relation = explain(exercise, [f for _, f in plain], [wants[i] for i, _ in plain], impl) \
-                or only_on(results)
+                or by_rank(results) or only_on(results)
             for r in results:
                 r.relation = "" if r.ok else relation
     return Report(exercise, results, planned=tuple(cases))

@@ -4,7 +4,9 @@ When no catalogued mistake reproduces a learner's output (autograder.checks.cata
 still says, when it can, how that output is the reference's transformed: transposed, shifted or
 reversed along an axis, scaled or offset by a constant, normalised along another axis, broadcast
 over all pairs, or NaN in some rows; or that it is what the reference computes from changed inputs
-(autograder.checks.variants). A relation is named only when it holds, within the check's tolerances,
+(autograder.checks.variants), or with its own source edited: a number at a neighbouring argument or with its
+operators grouped another way (.scalars), a residual or norm left out, two arguments of a call swapped (.structure),
+a size read from another axis, a sum or softmax over another axis, an unsqueeze left out (.sizes). A relation is named only when it holds, within the check's tolerances,
 on every failed case, and no other one of its kind does; a wrong name is worse than none.
 """
 from __future__ import annotations
@@ -18,11 +20,17 @@ import torch
 from autograder.checks.comparing import TOLERANCES, compare_tensor, compare_value, fmt, your_output
 from autograder.checks.docstrings import axis_names, doc_shapes
 from autograder.checks.running import parameter_names, reference_outcome
+from autograder.checks.scalars import by_scalar, neighbours, regroupings
+from autograder.checks.sizes import by_dim, by_size, by_unsqueeze, other_dims, size_reads, unsqueezes
+from autograder.checks.structure import by_structure, by_swap, rewirings, swapped_arguments
 from autograder.checks.variants import by_variant
 
 ORDINALS = ["first", "second", "third", "fourth", "fifth"]
 STEPS = {1: "one step", 2: "two steps"}
 MAX_ENTRIES = 10**5  # larger outputs are not searched
+# the finders of edits of the reference's source (autograder.checks.edits), whose outcomes the student
+# distribution stores for each public case (autograder.ship)
+EDIT_FINDERS = (neighbours, regroupings, rewirings, size_reads, other_dims, swapped_arguments, unsqueezes)
 
 
 def explain(exercise, failed, wants, impl=None):
@@ -37,16 +45,17 @@ def explain(exercise, failed, wants, impl=None):
         if kept and kept[0] == 0:
             failed, wants = [failed[i] for i in kept], [wants[i] for i in kept]
     try:
-        said = by_variant(exercise, failed, wants)
+        said = (by_variant(exercise, failed, wants) or by_scalar(exercise, failed) or by_structure(exercise, failed)
+                or by_size(exercise, failed))
         if said:
             return said
         pairs, index = _pairs(failed, wants)
-        if not pairs:
-            return ""
-        names = axis_names(exercise, index, pairs[0][1].shape, impl)
-        subject = your_output(exercise, index, len(failed[0][1].outputs))
-        return (relate(pairs, names, subject) or _by_norm(exercise, failed, pairs, names, subject)
-                or _by_sizes(exercise, failed, pairs, impl, subject))
+        if pairs:
+            names = axis_names(exercise, index, pairs[0][1].shape, impl)
+            subject = your_output(exercise, index, len(failed[0][1].outputs))
+            said = (relate(pairs, names, subject) or _by_norm(exercise, failed, pairs, names, subject)
+                    or _by_sizes(exercise, failed, pairs, impl, subject))
+        return said or by_dim(exercise, failed) or by_swap(exercise, failed) or by_unsqueeze(exercise, failed)
     except Exception:  # a learner's odd output must never break the check
         return ""
 

@@ -185,8 +185,10 @@ class Grader:
 
     # ---------------------------------------------------------------- nbgrader
     def templates(self, names):
-        """{assignment: a gradebook holding just that assignment}, copied for each submission."""
-        paths = {name: self.state / "templates" / f"{name}-{self.fingerprint(name)}.db" for name in names}
+        """{assignment: a gradebook holding just that assignment}, copied for each submission. They live beside the
+        sandbox's views, under the course code's .autograder/, keyed by all they depend on: every course graded from
+        that code shares them."""
+        paths = {name: self.root / ".autograder" / "templates" / f"{name}-{self.fingerprint(name)}.db" for name in names}
         missing = [name for name, path in paths.items() if not path.exists()]
         if missing:
             paths[missing[0]].parent.mkdir(parents=True, exist_ok=True)

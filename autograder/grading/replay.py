@@ -11,6 +11,10 @@ an object's attributes and method calls, in each state it passes through). `Orac
 serves a sandbox over a Unix socket: a request whose arguments match a recorded call of
 that case, within the checks' tolerances, gets that call's answer, and a request for
 gradients gets the reference's, computed at that call; anything else gets a refusal.
+Each call and build is recorded with torch's random state before and after it: a request
+made from the state before gets the state after too, which the stand-in leaves the
+generator in, so the dropout masks drawn after it are the reference's; and the gradients
+are computed again from the state before, with the masks the call drew.
 The learner's code thus gets an answer only for the very inputs the reference would
 have passed, which it has to compute itself.
 """
@@ -30,7 +34,8 @@ import torch
 
 from autograder.checks import comparing, running, travel
 from autograder import registry, wire
-from autograder.record import _stateful, portable
+from autograder.checks.charging import own_right
+from autograder.record import _stateful, portable, rng_state, set_rng_state
 
 MAX_REQUESTS = 200_000  # per sandbox: far more than any notebook's checks make
 
@@ -45,6 +50,7 @@ class Recorded:
     answer: dict = field(default_factory=dict)  # what the request gets
     recompute: object = None  # () -> (float outputs, float inputs by name, then weights): the gradients' graph
     training: bool = False
+    rng: tuple = None  # (torch's random state before the call or build, after it), as autograder.record.rng_state
 
 
 _recordings = {}
@@ -71,17 +77,41 @@ def mistaken(exercise, case):
     return _mistaken[(exercise, case)]
 
 
+_RNG = threading.RLock()  # torch's random state is the process's: one user at a time (the socket's threads)
+
+
 def _record(ex, case, impl=None):
     """The calls the reference (or `impl`, one of its mistakes, which may fail) makes into earlier exercises on `case`."""
     calls = []
-    ref = running.reference_module(ex, case)
-    weights = ref.state_dict() if ref is not None else None
-    wrapped = {dep: _recorder(dep, _real(dep), calls) for dep in ex.depends_on}
-    with in_place(wrapped), torch.random.fork_rng():
-        done = running.run_call(ex.kind, ex.train_mode, impl or ex.reference, case.make(), False, weights, None, ex.state_after)
+    with _RNG, _random_state_kept():
+        ref = running.reference_module(ex, case)
+        weights = ref.state_dict() if ref is not None else None
+        wrapped = {dep: _recorder(dep, _real(dep), calls) for dep in ex.depends_on}
+        with in_place(wrapped):
+            done = running.run_call(ex.kind, ex.train_mode, impl or ex.reference, case.make(), False, weights, None, ex.state_after)
     if done.error is not None and impl is None:
         raise RuntimeError(f"recording {ex.name} [{case.label}] failed: {done.error!r}") from done.error
     return calls
+
+
+@contextlib.contextmanager
+def _random_state_kept():
+    """torch's random state as it was, once the code inside is done."""
+    kept = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(kept)
+
+
+def _same_rng(a, b):
+    """Whether two random states (autograder.record.rng_state's) are the same, exactly."""
+    def same(x, y):
+        return isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
+
+    return (isinstance(a, dict) and isinstance(b, dict) and same(a.get("cpu"), b.get("cpu"))
+            and isinstance(a.get("cuda"), list) and isinstance(b.get("cuda"), list) and len(a["cuda"]) == len(b["cuda"])
+            and all(same(x, y) for x, y in zip(a["cuda"], b["cuda"])))
 
 
 def _real(dep):
@@ -150,10 +180,11 @@ def _after(args, kwargs):
     return [x.get_state() if isinstance(x, torch.Generator) else portable(vars(x)) for x in _stateful((args, kwargs))]
 
 
-def _graph(fn, args, kwargs, signature_of, skip_self=False, module=None):
+def _graph(fn, args, kwargs, signature_of, skip_self=False, module=None, rng=None):
     """A closure that computes fn again on copies of the arguments, with gradients: (its float outputs,
     the float inputs in the order of fn's parameters, {name: parameter} of `module()`, whose forward is fn);
-    None where no gradient can flow (no float tensor among the arguments, no module)."""
+    None where no gradient can flow (no float tensor among the arguments, no module). `rng`: torch's random
+    state the call started from, set again for it (once `module()` is built), so that dropout draws the same masks."""
     if module is None and not any(t.is_floating_point() for t in running.tensors_in((args, kwargs))):
         return None
     args, kwargs = _snapshot(args), _snapshot(kwargs)
@@ -164,8 +195,11 @@ def _graph(fn, args, kwargs, signature_of, skip_self=False, module=None):
         inputs = [t for t in running.tensors_in(list((_bound(signature_of, a, k, skip_self) or {}).values())) if t.is_floating_point()]
         for t in inputs:
             t.requires_grad_(True)
-        built = module() if module is not None else None
-        out = (built.forward if built is not None else fn)(*a, **k)
+        with _RNG, _random_state_kept():  # building the module draws from it too: the state is set after
+            built = module() if module is not None else None
+            if rng is not None:
+                set_rng_state(rng)
+            out = (built.forward if built is not None else fn)(*a, **k)
         params = dict(built.named_parameters()) if built is not None else {}
         return [o for o in running.tensors_in(out) if o.is_floating_point()], inputs, params
 
@@ -212,10 +246,11 @@ def _recorder(dep, real, calls):
         return _object_recorder(dep, real, calls)
 
     def recorder(*args, **kwargs):
-        bound = _plain_bound(real, args, kwargs)
-        graph = _graph(real, args, kwargs, real)
+        bound, before = _plain_bound(real, args, kwargs), rng_state()
+        graph = _graph(real, args, kwargs, real, rng=before)
         result = real(*args, **kwargs)
-        calls.append(Recorded(dep, "call", bound, answer={"result": travel.plain(result), "after": _after(args, kwargs)}, recompute=graph))
+        calls.append(Recorded(dep, "call", bound, answer={"result": travel.plain(result), "after": _after(args, kwargs)}, recompute=graph,
+                              rng=(before, rng_state())))
         return result
 
     recorder.__name__ = dep
@@ -225,11 +260,14 @@ def _recorder(dep, real, calls):
 def _module_recorder(dep, real, calls):
     class Recording(real):
         def __init__(self, *args, **kwargs):
+            before = rng_state()
             super().__init__(*args, **kwargs)
+            after = rng_state()
             self._init = (_snapshot(args), _snapshot(kwargs))
             params = {name for name, _ in self.named_parameters()}
             state = [[k, v.detach().clone(), k in params] for k, v in self.state_dict().items()]
-            calls.append(Recorded(dep, "build", _plain_bound(real.__init__, args, kwargs, skip_self=True), answer={"state": state}))
+            calls.append(Recorded(dep, "build", _plain_bound(real.__init__, args, kwargs, skip_self=True), answer={"state": state},
+                                  rng=(before, after)))
 
         def forward(self, *args, **kwargs):
             init, weights, training = self._init, {k: v.detach().clone() for k, v in self.state_dict().items()}, self.training
@@ -239,11 +277,11 @@ def _module_recorder(dep, real, calls):
                 module.load_state_dict(weights)
                 return module.train(training)
 
-            bound = _plain_bound(real.forward, args, kwargs, skip_self=True)
-            graph = _graph(None, args, kwargs, real.forward, skip_self=True, module=fresh)
+            bound, before = _plain_bound(real.forward, args, kwargs, skip_self=True), rng_state()
+            graph = _graph(None, args, kwargs, real.forward, skip_self=True, module=fresh, rng=before)
             result = super().forward(*args, **kwargs)
             calls.append(Recorded(dep, "call", bound, state=portable(weights), training=training, recompute=graph,
-                                  answer={"result": travel.plain(result), "after": _after(args, kwargs)}))
+                                  answer={"result": travel.plain(result), "after": _after(args, kwargs)}, rng=(before, rng_state())))
             return result
 
     Recording.__name__ = Recording.__qualname__ = real.__name__
@@ -263,11 +301,11 @@ def _object_recorder(dep, real, calls):
             calls.append(Recorded(dep, "get", {"name": attr}, state=state, answer={"callable": True}))
 
             def method(*args, **kwargs):
-                bound = _plain_bound(value, args, kwargs)
+                bound, rng = _plain_bound(value, args, kwargs), rng_state()
                 before = _snapshot(self._real)
-                graph = _graph(lambda *a, **k: getattr(_snapshot(before), attr)(*a, **k), args, kwargs, value)
+                graph = _graph(lambda *a, **k: getattr(_snapshot(before), attr)(*a, **k), args, kwargs, value, rng=rng)
                 result = value(*args, **kwargs)
-                calls.append(Recorded(dep, "call", {"method": attr, **bound}, state=state, recompute=graph,
+                calls.append(Recorded(dep, "call", {"method": attr, **bound}, state=state, recompute=graph, rng=(rng, rng_state()),
                                       answer={"result": travel.plain(result), "after": [portable(vars(self._real)), *_after(args, kwargs)]}))
                 return result
 
@@ -277,9 +315,10 @@ def _object_recorder(dep, real, calls):
             setattr(self._real, attr, value)
 
     def build(*args, **kwargs):
+        before = rng_state()
         instance = real(*args, **kwargs)
         calls.append(Recorded(dep, "build", _plain_bound(real.__init__, args, kwargs, skip_self=True),
-                              answer={"state": portable(vars(instance))}))
+                              answer={"state": portable(vars(instance))}, rng=(before, rng_state())))
         return Proxy(instance)
 
     build.__name__ = dep
@@ -339,10 +378,13 @@ class Oracle:
                 if not self._matches(rec, r):
                     continue
                 self._next[key] = i + 1
+                answer = dict(rec.answer)
+                if rec.rng is not None and _same_rng(r.get("rng"), rec.rng[0]):  # from where the reference's call began:
+                    answer["rng"] = rec.rng[1]  # the stand-in leaves the generator where the reference's call left it
                 if op == "call":
                     self.given.append((rec, self._order(rec, r), r.get("params", [])))
-                    return {"id": len(self.given) - 1, **rec.answer}
-                return rec.answer
+                    return {"id": len(self.given) - 1, **answer}
+                return answer
         return {"miss": f"the reference never makes this {op} of {dep} on this case"}
 
     def _matches(self, rec, r):
@@ -476,8 +518,3 @@ class InProcess:
 
     def close(self):
         pass
-
-
-def own_right(report):
-    """Whether an exercise's own code, with what it uses, gave the reference's results."""
-    return report is not None and report.fraction == 1.0 and not report.through

@@ -21,7 +21,7 @@ from autograder.checks import driver, running, travel
 from autograder.checks.cases import Outcome
 from autograder import registry, wire
 from autograder.api import RESULT_MIME, explain, result_data
-from autograder.grading.replay import own_right
+from autograder.checks.charging import charged_once
 from autograder.record import MIME
 
 _cases = {}
@@ -91,23 +91,12 @@ def judge(ex, outcomes, earlier, used=(), replayed=None):
     """The Report of `ex` on the learner's outcomes of its cases. One mistake is charged once: when
     the learner's `ex` used earlier exercises of the notebook that are wrong, it is also judged on
     `replayed`, its outcomes with those exercises answered by the reference (autograder.grading.replay),
-    and keeps the better report. So it earns its points on its own code, and only on it."""
+    and keeps the better report (autograder.checks.charging, which `check` in a notebook uses too).
+    So it earns its points on its own code, and only on it."""
     with warnings.catch_warnings():  # a catalogued mistake may warn; the learner's feedback shows none of it
         warnings.simplefilter("ignore")
         report = driver.check_exercise(ex, None, hidden=True, outcomes=outcomes)
-        wrong = tuple(d for d in ex.depends_on if d in used and not own_right(earlier.get(d)))
-        if report.fraction < 1 and wrong and replayed is not None:
-            other = driver.check_exercise(ex, None, hidden=True, outcomes=replayed)
-            if other.score > report.score or other.score == report.score and named(other) and not named(report):
-                other.through = wrong
-                return other
-    return report
-
-
-def named(report):
-    """Whether a Report names a catalogued mistake for its first failure."""
-    failures = report.failures()
-    return bool(failures and failures[0].diagnosis)
+        return charged_once(ex, report, earlier, used, None if replayed is None else lambda: replayed)
 
 
 class OutOfTime(BaseException):

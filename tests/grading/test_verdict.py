@@ -184,6 +184,35 @@ def test_a_mistake_in_an_exercise_others_use_is_charged_once(exercise, mistake, 
         assert not r.through or exercise.name in r.through or set(r.through) & set(r.exercise.depends_on)
 
 
+def test_a_served_call_leaves_the_random_state_as_the_references_call_left_it(grading):
+    # dropout in training mode: GPT's blocks draw masks. The replay records torch's random state before and after
+    # each call; a request made from the state before gets the state after, which the stand-in sets, so the masks
+    # drawn after it are the reference's; and the gradients are computed again with the masks the call drew.
+    from autograder.grading import replay
+
+    grading("10_a_gpt_of_your_own")
+    ex = registry.get("GPT")
+    case = next(i for i, c in enumerate(ex.cases()) if c.part == "dropout")
+    calls = [rec for rec in replay.recordings(ex.notebook)["GPT"][case] if rec.dep == "Block" and rec.op == "call"]
+    assert calls and all(rec.training and not torch.equal(rec.rng[0]["cpu"], rec.rng[1]["cpu"]) for rec in calls)
+    oracle, rec = replay.InProcess(ex.notebook), calls[-1]
+    request = {"op": "call", "exercise": "GPT", "case": case, "dep": "Block", "args": (), "kwargs": rec.bound,
+               "state": rec.state, "training": True, "params": []}
+    elsewhere = {"cpu": torch.ByteTensor(torch.Generator().manual_seed(1).get_state()), "cuda": []}
+    assert "rng" not in oracle.ask({**request, "rng": elsewhere})  # drawn from elsewhere: answered as before, state kept
+    reply = oracle.ask({**request, "rng": rec.rng[0]})
+    assert torch.equal(reply["rng"]["cpu"], rec.rng[1]["cpu"])
+    before = torch.get_rng_state()
+    record.set_rng_state(reply["rng"])
+    assert torch.equal(torch.get_rng_state(), rec.rng[1]["cpu"])
+    torch.set_rng_state(before)
+    outputs, _, _ = rec.recompute()  # the reference's masks again, and torch's random state left as it was
+    assert torch.equal(outputs[0].detach(), reply["result"]) and torch.equal(torch.get_rng_state(), before)
+    grads = [torch.ones_like(reply["result"])]
+    first, second = (oracle.ask({"op": "vjp", "id": reply["id"], "grads": grads})["grads"] for _ in range(2))
+    assert all(torch.equal(a, b) for a, b in zip(first, second) if a is not None)
+
+
 def test_an_exercise_wrong_on_its_own_is_charged_even_when_an_earlier_one_has_the_same_mistake(grading):
     # sdpa written without the scaling, not through attention_scores, which has that mistake too:
     # its result is what the reference built on attention_scores' mistake gives, but it did not use it.

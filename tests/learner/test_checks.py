@@ -283,3 +283,66 @@ def test_a_part_needs_every_one_of_its_cases(exercise):
     report = check_exercise(exercise, _table_of_public_cases(exercise), hidden=True)
     assert report.fraction == 0.0, [(r.case.label, r.ok) for r in report.results]
     assert check_exercise(exercise, _table_of_public_cases(exercise)).fraction == 1.0
+
+
+# Behaviour the text asks for that a function's value shows only on some inputs (issue 50): the model's mode,
+# dropout, a prediction with no <eos>. Each is a part of its own, with a public and a hidden case, and the
+# learner's code that misses it fails that part alone and is named by its own sentence.
+BEHAVIOURS = [
+    ("train_step", "no_train_mode", "training mode", "model.train()"),
+    ("greedy_decode", "no_eval_mode", "eval mode", "model.eval()"),
+    ("MultiHeadAttention", "weights_after_dropout", "dropout", "after dropout"),
+    ("exact_match", "no_eos_matches", "a prediction with no <eos>", "no <eos>"),
+    ("beam_search", "no_eval_mode", "eval mode", "model.eval()"),
+    ("FeedForward", "no_dropout", "dropout", "dropout"),
+    ("FeedForward", "dropout_after_W_2", "dropout", "W_2"),
+    ("EncoderLayer", "no_dropout", "dropout", "dropout"),
+    ("EncoderLayer", "dropout_on_the_sum", "dropout", "the sum"),
+    ("Encoder", "rate_not_passed", "dropout", "rate"),
+    ("DecoderLayer", "no_dropout", "dropout", "dropout"),
+    ("Decoder", "rate_not_passed", "dropout", "rate"),
+    ("Transformer", "no_embedding_dropout", "dropout", "embeddings"),
+    ("Block", "no_dropout", "dropout", "dropout"),
+    ("Block", "dropout_on_the_stream", "dropout", "residual stream"),
+    ("GPT", "no_embedding_dropout", "dropout", "embeddings"),
+    ("GPT", "rate_not_passed", "dropout", "rate"),
+    ("generate", "no_eval_mode", "eval mode", "model.eval()"),
+    ("beam_generate", "no_eval_mode", "eval mode", "model.eval()"),
+]
+
+
+@pytest.mark.parametrize("name,mistake,part,words", BEHAVIOURS, ids=lambda x: str(x))
+def test_a_behaviour_the_text_asks_for_fails_its_own_part(name, mistake, part, words):
+    ex = registry.get(name)
+    wrong = next(m for m in ex.mistakes if m.name == mistake)
+    assert words in wrong.says
+    assert check_exercise(ex, ex.reference, hidden=True).fraction == 1.0
+    public = check_exercise(ex, wrong.impl)
+    assert public.failures() and all(r.case.part == part and r.diagnosis == wrong.says for r in public.failures())
+    graded = check_exercise(ex, wrong.impl, hidden=True)
+    assert {r.case.part for r in graded.failures()} == {part}
+    assert {r.case.hidden for r in graded.failures()} == {False, True}, "a public and a hidden case tell them apart"
+    assert graded.fraction == pytest.approx(1 - ex.parts[part] / sum(ex.parts.values()))
+
+
+def test_a_case_with_dropout_in_training_mode_is_reproducible():
+    # the seed travels with the call (Call.seed), pickled into the grading sandbox too
+    import dataclasses
+    import io
+    from autograder.checks import travel
+    from autograder.checks.running import run_call
+    ex = registry.get("MultiHeadAttention")
+    case = next(c for c in ex.cases() if c.part == "dropout" and "training mode" in c.label)
+    torch.manual_seed(0)
+    weights = ex.reference(*case.make().init).state_dict()
+    blob = io.BytesIO()
+    torch.save(travel.portable_call(case.make()), blob)
+    outcomes = [run_call(ex.kind, ex.train_mode, ex.reference, call, False, weights) for call in (
+        case.make(), travel.restored_call(torch.load(io.BytesIO(blob.getvalue()), weights_only=False)))]
+    torch.manual_seed(123)  # whatever the state before, the call draws the same masks
+    outcomes.append(run_call(ex.kind, ex.train_mode, ex.reference, case.make(), False, weights))
+    assert all(torch.equal(o.outputs[0], outcomes[0].outputs[0]) for o in outcomes)
+    restored = travel.restored_call(torch.load(io.BytesIO(blob.getvalue()), weights_only=False))
+    assert (restored.seed, restored.train) == (case.make().seed, True)  # real fields of Call, pickled with it
+    off = run_call(ex.kind, ex.train_mode, ex.reference, dataclasses.replace(case.make(), seed=0, train=False), False, weights)
+    assert not torch.equal(off.outputs[0], outcomes[0].outputs[0])

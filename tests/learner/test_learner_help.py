@@ -105,3 +105,13 @@ def test_progress_of_a_folder_without_notebooks_says_so(tmp_path):
     assert "no course notebooks" in progress(tmp_path)
     (tmp_path / "05_broken.ipynb").write_text("{not json")
     assert "cannot be read" in progress(tmp_path)
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("solutions/*/*.ipynb")), ids=lambda p: p.stem)
+def test_a_notebook_promises_a_pytorch_call_only_if_it_uses_pytorch(path):
+    # notebook 09 (BPE) has no PyTorch: its introduction promises "the key Python call" instead
+    nb = nbformat.read(path, as_version=4)
+    text = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    code = " ".join(c.source for c in nb.cells if c.cell_type == "code")
+    if "key PyTorch call" in text:
+        assert "torch" in code, f"{path.name} promises a PyTorch call and uses no PyTorch"

@@ -390,3 +390,68 @@ print(json.dumps(said))
     for name, _, _, words in FIRST_MISTAKES:
         assert words in said[name], (name, said[name])
         assert "Likely mistake" not in said[name], name
+
+
+# (exercise, the reference's code, the learner's, words of the sentence): mistakes the edits of the reference's own
+# source name (autograder.checks.edits); the distribution reads those edits' outcomes, precomputed (autograder.ship)
+EDITED_MISTAKES = [
+    ("warmup_lr", "step = max(step, 1)", "step = step + 1", "off by one step"),
+    ("length_penalty", "((5 + length) / 6) ** alpha", "(5 + length) / 6 ** alpha", "when grouped as (5 + length) / (6 ** alpha)"),
+    ("EncoderLayer", "self.norm2(x + self.dropout(self.ffn(x)))", "self.norm2(self.dropout(self.ffn(x)))",
+     "the residual connection (its input x added back) is left out"),
+    ("scaled_dot_product_attention", "    scores = attention_scores(q, k)\n",
+     "    d_k = k.shape[1]\n    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)\n",
+     "with T_k (size 6) where the text's d_k (size 8) belongs"),
+]
+EDITED_PREAMBLE = """
+import contextlib, io, json, linecache, math, sys
+import torch
+import torch.nn.functional as F
+from torch import nn
+from course_lib.gpt import FeedForward, LayerNorm
+from course_lib.multihead import MultiHeadAttention
+"""
+
+
+@pytest.mark.slow
+def test_edits_of_the_reference_name_mistakes_without_it(dist):
+    """With nothing catalogued, a number off by one step, a formula grouped another way, a residual left out and a
+    size read from another axis are named in the distribution, in the very sentence the repository says."""
+    from autograder.mutants import source_of
+
+    sources, here = {}, {}
+    for name, old, new, words in EDITED_MISTAKES:
+        reference = getattr(registry.get(name).reference, "__wrapped__", registry.get(name).reference)
+        assert source_of(reference).count(old) == 1, name
+        sources[name] = source_of(reference).replace(old, new)
+        namespace = {}
+        exec(EDITED_PREAMBLE + sources[name], namespace)
+        ex = registry.get(name)
+        saved = ex.mistakes
+        try:
+            ex.mistakes = []
+            here[name] = check_exercise(ex, namespace[name]).failures()[0].relation
+        finally:
+            ex.mistakes = saved
+        assert words in here[name], (name, here[name])
+    out = in_dist(dist, EDITED_PREAMBLE + """
+from autograder import CheckFailed, api, check, registry
+
+said = {}
+for name, source in json.loads(sys.argv[1]).items():
+    registry.get(name).mistakes = []  # nothing catalogued: the edits must find the words
+    api._passed.clear()
+    namespace, cell = dict(globals()), f"<learner's {name}>"
+    linecache.cache[cell] = (len(source), None, source.splitlines(True), cell)
+    exec(compile(source, cell, "exec"), namespace)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            check(name, namespace[name])
+        said[name] = "passed"
+    except CheckFailed as e:
+        said[name] = " ".join(e.lines)
+print(json.dumps(said))
+""", __import__("json").dumps(sources))
+    said = __import__("json").loads(out.splitlines()[-1])
+    for name, _, _, words in EDITED_MISTAKES:
+        assert " ".join(here[name].split()) in " ".join(said[name].split()), (name, here[name], said[name])

@@ -73,7 +73,9 @@ def test_the_state_of_the_random_numbers_is_left_as_it_was(tmp_path, monkeypatch
 @pytest.mark.parametrize("status, broken, reason", [
     ({"Decoder": "failed"}, None, "07: the check of Decoder has not passed, failed"),
     ({"Transformer": None}, None, "07: the check of Transformer has not passed, not run yet in the saved "
-                                  "07_transformer_architecture.ipynb: run its check cell there and save the notebook"),
+                                  "07_transformer_architecture.ipynb: run its check cells in Jupyter and save it, or run `python -m "
+                                  "autograder check --save 07_transformer_architecture.ipynb` (without --save it grades the "
+                                  "notebook but does not write the results into it)"),
     (None, {"Encoder": "class Encoder(nn.Module):\n    def __init__(self, d_model):\n        super().__init__(\n"},
      "running 07_transformer_architecture.ipynb failed: SyntaxError"),
 ])
@@ -152,3 +154,41 @@ def test_a_learner_who_completed_05_to_07_trains_their_own_transformer_to_99_per
     result = fit(Config(), progress=False, log=lambda *a: None, model_class=Transformer)
     assert type(result["model"].encoder.layers[0].self_attn).__module__ == "yours_06_multi_head_attention"
     assert result["reached"] and max(result["history"]["exact_match"]) >= 0.99, result["history"]
+
+
+@pytest.mark.slow
+def test_check_save_writes_the_results_that_yours_then_counts(tmp_path, capsys, monkeypatch):
+    # the learner graded 06 with the command, not in Jupyter: with --save its check cells keep the results
+    from autograder.check_notebook import check, save_results
+
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    name = "06_multi_head_attention"
+    folder = _learner(tmp_path, notebooks=[name])
+    path = folder / name / f"{name}.ipynb"
+    nb = json.loads(path.read_text())
+    for cell in nb["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade") and not cell["metadata"]["nbgrader"].get("solution"):
+            cell["outputs"] = []
+    path.write_text(json.dumps(nb))
+    (folder / "07_transformer_architecture").mkdir()
+    here = folder / "07_transformer_architecture"
+    assert yours(StandinMHA, folder=here) is StandinMHA and "not run yet" in capsys.readouterr().out
+
+    assert check([str(path)], echo=lambda *a: None) == 0  # grades, writes nothing
+    assert yours(StandinMHA, folder=here) is StandinMHA and "not run yet" in capsys.readouterr().out
+    said = []
+    assert check([str(path)], save=True, echo=said.append) == 0
+    assert f"saved these results into the check cells of {path}" in said[-1]
+    assert all(r and r["status"] == "passed" for _, _, r in check_cells(json.loads(path.read_text())))
+    assert yours(StandinMHA, folder=here) is not StandinMHA
+    assert capsys.readouterr().out.startswith("yours: MultiHeadAttention (06)")
+    # a notebook saved again while it ran is left as it is
+    before = path.read_bytes()
+    path.write_text(json.dumps(nb))
+    assert not save_results(path, before, nbformat_read(path)) and json.loads(path.read_text()) == nb
+
+
+def nbformat_read(path):
+    import nbformat
+
+    return nbformat.read(path, as_version=4)

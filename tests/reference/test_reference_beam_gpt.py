@@ -102,6 +102,7 @@ def test_the_course_gpt_too_and_the_mode_it_found():
 @pytest.mark.parametrize("case", registry.get("beam_generate").cases(), ids=lambda c: c.label)
 def test_the_checks_cases_are_what_their_labels_say(case):
     model, idx, new, beam_size = case.make().args
+    model.eval()  # what the labels say holds for the model as beam_generate uses it (some cases hand it over in training mode)
     scores = brute_force_scores(model, idx, new)
     V = round(len(scores) ** (1 / new))
     ids, score = beam_generate(model, idx, new, beam_size)
