@@ -13,16 +13,12 @@ import sys
 import warnings
 
 from autograder import record, registry
-from autograder.checks.cases import CheckTimeout, Outcome
-from autograder.checks.charging import charged_once, own_right
 from autograder.checks.driver import check_exercise
-from autograder.checks.running import reference_outcome, run_call
 
 RESULT_MIME = "application/vnd.seqcourse.check+json"
 
 # Outcome of each exercise checked in this kernel, to point at a broken dependency.
 _passed = {}
-_reports = {}  # the Report of each exercise checked in this kernel (own_right: is it right on its own?)
 
 
 class CheckFailed(AssertionError):
@@ -47,8 +43,7 @@ def check(name, obj):
         return record.record(name, obj)
     exercise = registry.get(name)
     with _quiet_stderr():
-        report = _checked(exercise, obj)
-    _reports[name] = report
+        report = check_exercise(exercise, obj)
     _passed[name] = report.fraction == 1.0
     lines, reason = explain(report, _passed)
     _publish(report, reason, lines)
@@ -59,55 +54,6 @@ def check(name, obj):
         raise CheckFailed(reason, lines)
     print("\n".join(lines))
     return None
-
-
-# ---------------------------------------------------------------- one mistake is charged once
-
-
-def _checked(exercise, obj):
-    """The Report of the learner's `obj` on the public cases: where an earlier exercise it uses has failed its
-    check in this kernel, judged as the grader judges it (charged_once), when the reference is at hand to answer."""
-    wrong = [d for d in exercise.depends_on if d in _reports and not own_right(_reports[d])]
-    namespace = vars(sys.modules["__main__"])
-    if not wrong or _replaying(exercise) is None:
-        return check_exercise(exercise, obj)
-    used = set()
-    with record.watching(namespace, exercise.depends_on, used):
-        report = check_exercise(exercise, obj)
-    # only the exercises checked in this kernel: one not checked yet is not known to be wrong
-    return charged_once(exercise, report, _reports, used & set(_reports), lambda: _replayed(exercise, obj, namespace), hidden=False)
-
-
-def _replaying(exercise):
-    """autograder.grading.replay where the reference is at hand (the repository), else None (the student
-    distribution ships neither: there the grader alone judges an exercise on the reference's answers)."""
-    if exercise.reference is None:
-        return None
-    from autograder.grading import replay
-
-    return replay
-
-
-def _replayed(exercise, obj, namespace):
-    """The outcomes of `obj` on the public cases of `exercise`, the earlier exercises it uses answered by the
-    reference (autograder.record.Served, from an in-process autograder.grading.replay oracle), or None."""
-    try:
-        oracle = _replaying(exercise).InProcess(exercise.notebook, dict(_reports))
-    except Exception:  # noqa: BLE001 (no recordings of this notebook: judged on its own outcomes alone)
-        return None
-    found = []
-    with record.watching(namespace, exercise.depends_on, set(), oracle, exercise.name):
-        for i, case in enumerate(exercise.cases()):
-            if case.hidden:
-                continue
-            record.Served.case = i  # the oracle serves the calls the reference makes on case i of all of them
-            _, weights = reference_outcome(exercise, case)
-            o = run_call(exercise.kind, exercise.train_mode, obj, case.make(), case.grad, weights, state_after=exercise.state_after)
-            found.append(o)
-            if isinstance(o.error, (NotImplementedError, CheckTimeout)):
-                break  # the comparison stops at such a case too
-    public = sum(not c.hidden for c in exercise.cases())
-    return found + [Outcome(error=RuntimeError("this case was not run"))] * (public - len(found))
 
 
 @contextlib.contextmanager

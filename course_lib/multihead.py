@@ -38,7 +38,7 @@ class MultiHeadAttention(nn.Module):
             q_proj_weight=self.W_q.weight, k_proj_weight=self.W_k.weight, v_proj_weight=self.W_v.weight,
             average_attn_weights=False,
         )
-        out = out.transpose(0, 1)
+        out = out.transpose(0, 1).contiguous()  # in the layout of the lesson's: a dropout after it draws the same mask
         if dead is not None and bool(dead.any()):  # nothing to attend to: no attention output
             nothing = self.W_o.bias if self.W_o.bias is not None else torch.zeros_like(out[0, 0])
             out = torch.where(dead[..., None], nothing, out)

@@ -29,9 +29,6 @@ LAZY = [
     (("autograder.fixtures",), ("course_lib.attention",),
      "the grading sandbox of notebook 05 has no course_lib SelfAttention (autograder.grading.views): only the fixture "
      "built on it imports it, when it is built"),
-    (("autograder.api",), ("autograder.grading.replay",),
-     "the reference's answers for an exercise that a wrong earlier one stands in for (one mistake charged once), "
-     "in the repository only: " + NOT_SHIPPED),
     (("autograder.api", "autograder.record"), ("IPython", "ipykernel"),
      "there only inside a kernel: the checks also run in plain Python (the tests, record's child process)"),
     (("autograder.record",), ("resource",), "Unix only: a learner's `check` runs on Windows too"),

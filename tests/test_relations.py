@@ -484,6 +484,28 @@ def test_a_catalogue_sentence_quoting_code_the_learner_did_not_write_gives_way_t
     assert check_exercise(ex, k_dot_T.impl).failures()[0].diagnosis == k_dot_T.says
 
 
+def test_the_grader_reads_the_learner_s_cell_before_quoting_code_of_theirs():
+    """Grading has no learner's function to read (impl is None): it finds the cell that defines the exercise in the
+    submission, and says no catalogue sentence about a construct that cell does not have."""
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from autograder.checks.running import run_call
+    from autograder.grading.verdict import learner_source
+
+    ex, fn = learners("attention_scores", "k.transpose(-2, -1)", "k.transpose(1, 2)")
+    k_dot_T = next(m for m in ex.mistakes if m.name == "k_dot_T")
+    cases = ex.cases()
+    for impl, cell, says_k_T in [(fn, "def attention_scores(q, k):\n    return q @ k.transpose(1, 2)", False),
+                                 (k_dot_T.impl, "def attention_scores(q, k):\n    return q @ k.T", True)]:
+        nb = new_notebook(cells=[new_code_cell("import torch"), new_code_cell(cell), new_code_cell("check('attention_scores', attention_scores)")])
+        source = learner_source(nb, "attention_scores")
+        assert source == cell
+        outcomes = [run_call(ex.kind, ex.train_mode, impl, c.make(), c.grad) for c in cases]
+        failure = check_exercise(ex, None, hidden=True, outcomes=outcomes, source=source).failures()[0]
+        assert (failure.diagnosis == k_dot_T.says) == says_k_T, failure
+    assert learner_source(new_notebook(cells=[new_code_cell("x = 1")]), "attention_scores") is None
+
+
 def test_edits_reach_into_the_functions_the_reference_calls():
     ex = registry.get("scaled_dot_product_attention")  # its reference leaves the scores to attention_scores
     source = ("def scaled_dot_product_attention(q, k, v, mask=None):\n    d_k = k.shape[1]\n"

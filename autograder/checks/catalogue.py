@@ -37,14 +37,15 @@ def diagnose(exercise, failed):
     return best
 
 
-def quotes_unwritten(mistake, impl):
+def quotes_unwritten(mistake, impl, source=None):
     """Whether the mistake's sentence quotes an attribute its edit writes ("k.T reverses every axis", the edit
     writing keys.T) that the learner's own source shows is not there (q @ k.transpose(1, 2)): then the sentence
-    names a construct the learner did not write. Where the source is not at hand, the sentence stands."""
-    if getattr(mistake, "edit", None) is None or impl is None:
+    names a construct the learner did not write. The source is `source` (the grader reads it from the
+    submission) or `impl`'s; where neither is at hand, the sentence stands."""
+    if getattr(mistake, "edit", None) is None or (impl is None and source is None):
         return False
     try:
-        source = getattr(impl, "__mutant_source__", None) or inspect.getsource(impl)
+        source = source or getattr(impl, "__mutant_source__", None) or inspect.getsource(impl)
     except (OSError, TypeError):
         return False
     added = set()

@@ -18,15 +18,16 @@ def named(report):
     return bool(failures and failures[0].diagnosis)
 
 
-def charged_once(ex, report, earlier, used, replay, hidden=True):
+def charged_once(ex, report, earlier, used, replay, hidden=True, source=None):
     """The Report `ex` gets: `report`, its Report on the learner's own outcomes; or, when the learner's `ex` used
     (`used`) earlier exercises that are wrong (their Reports in `earlier`), its Report on `replay()` (its outcomes
-    with those exercises answered by the reference), if that is better."""
+    with those exercises answered by the reference), if that is better. `source`: the learner's code, as
+    check_exercise takes it."""
     wrong = tuple(d for d in ex.depends_on if d in used and not own_right(earlier.get(d)))
     if report.fraction < 1 and wrong and replay is not None:
         outcomes = replay()
         if outcomes is not None:
-            other = check_exercise(ex, None, hidden=hidden, outcomes=outcomes)
+            other = check_exercise(ex, None, hidden=hidden, outcomes=outcomes, source=source)
             if other.score > report.score or other.score == report.score and named(other) and not named(report):
                 other.through = wrong
                 return other

@@ -64,7 +64,7 @@ def _checkraised(case, got, impl, kind):
     return CaseResult(case, False, f"returned where the text asks it to raise a {case.raises} (read the docstring: these inputs are not allowed)", detail=inputs)
 
 
-def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outcomes=None):
+def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outcomes=None, source=None):
     """Run every case (the hidden ones too when `hidden`) and return a Report.
 
     `outcomes`, when given, holds the learner's outcome of each case, in order,
@@ -81,7 +81,7 @@ def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outc
             failed.append((case, outcome))
     if failed:
         mistake = diagnose(exercise, failed)
-        if mistake is not None and quotes_unwritten(mistake, impl):
+        if mistake is not None and quotes_unwritten(mistake, impl, source):
             mistake = None  # its sentence quotes code the learner did not write: say what is observed instead
         if mistake is not None:
             for r in results:

@@ -100,7 +100,8 @@ class SandboxedExecute(Execute):
             return
         try:
             with running.time_limit(self.limits.verdict_seconds, verdict.OutOfTime()):
-                report, why = verdict.verdict(ex, cell, self._reports, self.limits.result_mb * 2**20)
+                report, why = verdict.verdict(ex, cell, self._reports, self.limits.result_mb * 2**20,
+                                              verdict.learner_source(getattr(self, "nb", None), ex.name))
         except verdict.OutOfTime:
             report, why = None, f"the grader's comparison did not finish within its {self.limits.verdict_seconds} s"
         self._verdicts[index] = (report, why)

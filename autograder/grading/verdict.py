@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 import warnings
 
 import torch
@@ -69,15 +70,16 @@ def sent_back(cell, max_bytes):
             None if replayed is None else [travel.outcome_from_plain(d) for d in replayed]), ""
 
 
-def verdict(ex, cell, earlier=None, max_bytes=64 * 2**20):
+def verdict(ex, cell, earlier=None, max_bytes=64 * 2**20, source=None):
     """(Report or None, reason when None) for exercise `ex` from its test cell's outputs;
-    `earlier` holds the Reports of the notebook's exercises checked before it."""
+    `earlier` holds the Reports of the notebook's exercises checked before it; `source`, the learner's
+    code of `ex` (learner_source), so that no sentence names a construct that code does not have."""
     sent, why = sent_back(cell, max_bytes)
     if sent is None:
         return None, why
     outcomes, used, replayed = sent
     try:
-        return judge(ex, _padded(ex, outcomes), earlier or {}, used, replayed and _padded(ex, replayed)), ""
+        return judge(ex, _padded(ex, outcomes), earlier or {}, used, replayed and _padded(ex, replayed), source), ""
     except Exception as e:  # results no check sends, that the comparison cannot take: that cell's 0, never the notebook's
         return None, f"its results could not be compared ({type(e).__name__})"
 
@@ -87,7 +89,7 @@ def _padded(ex, outcomes):
     return (outcomes + [Outcome(error=RuntimeError("this case was not run"))] * n)[:n]
 
 
-def judge(ex, outcomes, earlier, used=(), replayed=None):
+def judge(ex, outcomes, earlier, used=(), replayed=None, source=None):
     """The Report of `ex` on the learner's outcomes of its cases. One mistake is charged once: when
     the learner's `ex` used earlier exercises of the notebook that are wrong, it is also judged on
     `replayed`, its outcomes with those exercises answered by the reference (autograder.grading.replay),
@@ -95,8 +97,8 @@ def judge(ex, outcomes, earlier, used=(), replayed=None):
     So it earns its points on its own code, and only on it."""
     with warnings.catch_warnings():  # a catalogued mistake may warn; the learner's feedback shows none of it
         warnings.simplefilter("ignore")
-        report = driver.check_exercise(ex, None, hidden=True, outcomes=outcomes)
-        return charged_once(ex, report, earlier, used, None if replayed is None else lambda: replayed)
+        report = driver.check_exercise(ex, None, hidden=True, outcomes=outcomes, source=source)
+        return charged_once(ex, report, earlier, used, None if replayed is None else lambda: replayed, source=source)
 
 
 class OutOfTime(BaseException):
@@ -114,7 +116,7 @@ def grade_test_cells(nb, seconds=None, max_bytes=64 * 2**20, known=None):
                 ex = exercise_of(cell)
                 if ex is None:
                     continue
-                report, why = known[index] if index in known else verdict(ex, cell, reports, max_bytes)
+                report, why = known[index] if index in known else verdict(ex, cell, reports, max_bytes, learner_source(nb, ex.name))
                 if report is not None:
                     reports[ex.name] = report
                 _write(cell, ex, report, passed, why)
@@ -125,6 +127,15 @@ def grade_test_cells(nb, seconds=None, max_bytes=64 * 2**20, known=None):
         if ex is not None and ex.name not in passed:
             _write(cell, ex, None, passed, why=late)
     return nb
+
+
+def learner_source(nb, name, most=100_000):
+    """The text of the learner's cells that define `name` (def name( or class name), or None: what a check
+    may quote of their code. The learner wrote it: it is only searched, never run or parsed."""
+    found = [c.get("source", "") for c in getattr(nb, "cells", []) if c.get("cell_type") == "code"
+             and isinstance(c.get("source"), str) and len(c["source"]) <= most
+             and re.search(rf"^\s*(def|class)\s+{re.escape(name)}\b", c["source"], re.M)]
+    return "\n".join(found) or None
 
 
 def exercise_of(cell):
