@@ -27,7 +27,7 @@ def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
     if stopped is not None:
         return stopped, got
     if case.raises is not None:
-        return _checkraised(case, got, impl, exercise.kind), got
+        return _check_raised(case, got, impl, exercise.kind), got
     if want.error is not None:  # expected to fail (autograder.grading.verdict: the reference built on a learner's mistake)
         return CaseResult(case, same_outputs(got, want), "" if same_outputs(got, want) else f"raised {describe_error(want.error)} elsewhere"), got
     if got.error is not None:
@@ -54,7 +54,7 @@ def _unfinished(case, got):
     return None
 
 
-def _checkraised(case, got, impl, kind):
+def _check_raised(case, got, impl, kind):
     """A case on which the exercise's text requires an exception."""
     if raised(got, case.raises):
         return CaseResult(case, True)
