@@ -31,6 +31,26 @@ def assignments(root):
     return sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name[:2].isdigit() and (p / f"{p.name}.ipynb").is_file())
 
 
+CACHE = "AUTOGRADER_CACHE"
+
+
+def cache_dir(root):
+    """Where grading keeps what it builds from the course's code (the sandbox's views, gradebook templates), each
+    under a name that says all it depends on: root/.autograder, or the folder $AUTOGRADER_CACHE names, which courses
+    graded from copies of the same code then share. That folder must be this user's alone: every sandbox mounts
+    what is kept there."""
+    named = os.environ.get(CACHE)
+    if not named:
+        return Path(root) / ".autograder"
+    folder = Path(named)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = folder.stat()
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise CourseError(f"{CACHE}={named} is not this user's alone (it must be owned by you and writable by no one "
+                          "else): every grading sandbox mounts what is kept there")
+    return folder
+
+
 def tool_env():
     """Environment for nbgrader and kernels: this interpreter's scripts first on PATH."""
     env = dict(os.environ)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from traitlets.config.loader import PyFileConfigLoader
 
-from autograder.course import sqlite_url, tool_env
+from autograder.course import cache_dir, sqlite_url, tool_env
 
 
 def load_config(config_dir):
@@ -44,12 +44,13 @@ def generate_assignments(root, names, release_dir, db):
 
 
 def empty_gradebook(root, course_id):
-    """A gradebook with no assignment in it, made once per nbgrader version and course id under root's .autograder/.
+    """A gradebook with no assignment in it, made once per nbgrader version and course id under root's .autograder/
+    (cache_dir).
     A new gradebook is a copy of it: nbgrader makes each new one by running `alembic heads` in a process of its own,
     a second or two each time, and grading makes several."""
     from nbgrader.api import Gradebook
 
-    path = Path(root) / ".autograder" / "gradebooks" / f"empty-{version('nbgrader')}-{course_id.encode().hex()[:64]}.db"
+    path = cache_dir(root) / "gradebooks" / f"empty-{version('nbgrader')}-{course_id.encode().hex()[:64]}.db"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:

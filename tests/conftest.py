@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from autograder import registry
-from autograder.course import assignments
+from autograder.course import CACHE, assignments
 from autograder.grading.grade import Grader, read_grades
 from autograder.release import DEMO_STUDENTS, demo_submissions, fill_submission, mistake_source, release
 from autograder.results import notebook_results
@@ -35,11 +36,20 @@ SHARES_GRADED_COURSE = {"test_demo.py", "test_grading.py", "test_site.py"}
 
 
 def pytest_configure(config):
+    if not os.environ.get("PYTEST_XDIST_WORKER") and CACHE not in os.environ:
+        # what grading builds from the course's code (each notebook's sandbox view, gradebook templates), built once
+        # per run and shared by every course the tests grade from a copy of the same code, on both workers
+        os.environ[CACHE] = config._course_cache = tempfile.mkdtemp(prefix="seqcourse-cache-")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # two workers on two cores: a thread each, and in what they start (grading kernels too),
         # or the two workers' thread pools spin against each other
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "_course_cache", None):
+        shutil.rmtree(config._course_cache, ignore_errors=True)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -552,3 +552,24 @@ def test_the_student_distribution_says_what_the_edits_say_from_their_stored_outc
         assert stored.reference is None
         here, there = check_exercise(ex, fn).failures()[0], check_exercise(stored, fn).failures()[0]
         assert there.relation == here.relation and ("off by one" in here.relation or "T_cached" in here.relation)
+
+
+def test_an_edit_that_loops_is_left_out_by_counting_its_turns_not_by_the_clock(monkeypatch):
+    """encode's loop over a word ends at its break; the edit that makes it a continue loops. It is stopped after
+    MOST_TURNS turns of its loops, whatever the machine's speed, and names nothing."""
+    import ast
+
+    from autograder.checks import edits
+    from autograder.checks.cases import CheckTimeout
+
+    monkeypatch.setattr(edits, "EDIT_SECONDS", 30)  # a backstop: past it, the message says seconds, not turns
+    ex = registry.get("encode")
+    no_break = lambda node: [("continue", "continue.", ast.Continue())] if isinstance(node, ast.Break) else []
+    [(name, _, impl)] = edits.edited(ex.reference, no_break)
+    case = ex.cases()[0]
+    outcome = edits._run_edit(ex, impl, case, None)
+    assert isinstance(outcome.error, CheckTimeout) and f"{edits.MOST_TURNS} loop turns" in str(outcome.error)
+    assert impl.edit_turns.left < 0
+    assert edits.edit_outcomes(ex, case, lambda ex, case: [(name, "continue.", impl)]) == {}
+    outcome = edits._run_edit(ex, edits.compiled(ex.reference, edits.source_tree(ex.reference)), case, None)  # no edit
+    assert outcome.error is None and outcome.outputs == edits.reference_outcome(ex, case)[0].outputs

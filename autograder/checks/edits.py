@@ -19,7 +19,10 @@ from autograder.checks.comparing import same_outputs, your_output
 from autograder.checks.running import memo, reference_outcome, run_call, who
 
 MOST_EDITS = 60  # a reference with more sites is not searched further
-EDIT_SECONDS = 2  # an edited reference that runs longer (one that loops) is left out
+# An edited reference that loops is left out. Its loops are counted, so that every machine, fast or busy, leaves
+# out the same edits; the seconds are only a backstop for an edit that is slow without looping.
+MOST_TURNS = 100_000  # turns of the edited code's loops in one call
+EDIT_SECONDS = 2
 
 
 def source_tree(reference):
@@ -27,14 +30,49 @@ def source_tree(reference):
     return ast.parse(textwrap.dedent(inspect.getsource(reference)))
 
 
+class Turns:
+    """The loop turns an edited reference has left in its current call (`start` before each call); one past
+    MOST_TURNS raises CheckTimeout, as running out of time does."""
+
+    def __init__(self):
+        self.left = MOST_TURNS
+
+    def start(self):
+        self.left = MOST_TURNS
+
+    def __call__(self):
+        self.left -= 1
+        if self.left < 0:
+            raise CheckTimeout(f"an edited reference ran past {MOST_TURNS} loop turns")
+
+
+class _Counted(ast.NodeTransformer):
+    """Every loop's body starts by taking a turn: `__turn__()`."""
+
+    def _count(self, node):
+        self.generic_visit(node)
+        node.body.insert(0, ast.Expr(ast.Call(ast.Name("__turn__", ast.Load()), [], [])))
+        return node
+
+    visit_For = visit_AsyncFor = visit_While = _count
+
+
 def compiled(reference, tree, callee=None):
     """The reference with its source replaced by `tree`, compiled in a copy of its module's namespace; or, with
-    `callee`, the reference as it is, calling that function of its module with its source replaced by `tree`."""
+    `callee`, the reference as it is, calling that function of its module with its source replaced by `tree`.
+    Its loops count their turns in its attribute `edit_turns` (a Turns)."""
     namespace = dict(vars(sys.modules[reference.__module__]))  # a copy: the module stays as it was
+    namespace["__turn__"] = turns = Turns()
+
+    def run(tree, name):
+        tree = ast.fix_missing_locations(_Counted().visit(tree))
+        exec(compile(ast.unparse(tree), f"<edited {name}>", "exec"), namespace)
+
     if callee is not None:
-        exec(compile(ast.unparse(ast.fix_missing_locations(tree)), f"<edited {callee.__name__}>", "exec"), namespace)
+        run(tree, callee.__name__)
         tree = source_tree(reference)
-    exec(compile(ast.unparse(ast.fix_missing_locations(tree)), f"<edited {reference.__name__}>", "exec"), namespace)
+    run(tree, reference.__name__)
+    namespace[reference.__name__].edit_turns = turns
     return namespace[reference.__name__]
 
 
@@ -96,7 +134,7 @@ def finder_key(finder):
 
 def edit_outcomes(exercise, case, finder, only=None):
     """{name: (sentence, the edited reference's forward-only outcome on `case`)} for the edits `finder` makes
-    (those named in `only`, when given), but those that ran past EDIT_SECONDS. Where the reference is not at hand,
+    (those named in `only`, when given), but those that loop (MOST_TURNS). Where the reference is not at hand,
     the precomputed ones: the case's edit_outcomes under the keys (finder_key(finder), name)
     (autograder.reference_data), which hold only the edits whose outcome differs from the reference's: the others
     can never be named."""
@@ -109,12 +147,17 @@ def edit_outcomes(exercise, case, finder, only=None):
     found = {}
     for name, says, impl in memo(case, ("edits", who(exercise), finder), lambda: finder(exercise, case)):
         if only is None or name in only:
-            outcome = memo(case, ("edit", who(exercise), finder, name), lambda: run_call(
-                exercise.kind, exercise.train_mode, impl, case.make(), False, weights, timeout=EDIT_SECONDS,
-                state_after=exercise.state_after))
+            outcome = memo(case, ("edit", who(exercise), finder, name), lambda: _run_edit(exercise, impl, case, weights))
             if not isinstance(outcome.error, CheckTimeout):  # an edit that loops says nothing of the learner's code
                 found[name] = (says, outcome)
     return found
+
+
+def _run_edit(exercise, impl, case, weights):
+    if hasattr(impl, "edit_turns"):  # not every finder's implementation is compiled here (scalars.neighbours)
+        impl.edit_turns.start()
+    return run_call(exercise.kind, exercise.train_mode, impl, case.make(), False, weights, timeout=EDIT_SECONDS,
+                    state_after=exercise.state_after)
 
 
 def the_one(exercise, failed, finder, together=None):

@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from autograder.grading import gradebook, ids, intake, limits, nbgrader_jobs, sandbox, views
 from autograder.grading.pages import policy
-from autograder.course import CourseError, assignments, digest, find_root, sqlite_url, tool_env
+from autograder.course import CourseError, assignments, cache_dir, digest, find_root, sqlite_url, tool_env
 from autograder.nbgrader_api import api_for, generate_assignments
 
 STATE = ".autograder"
@@ -186,9 +186,9 @@ class Grader:
     # ---------------------------------------------------------------- nbgrader
     def templates(self, names):
         """{assignment: a gradebook holding just that assignment}, copied for each submission. They live beside the
-        sandbox's views, under the course code's .autograder/, keyed by all they depend on: every course graded from
-        that code shares them."""
-        paths = {name: self.root / ".autograder" / "templates" / f"{name}-{self.fingerprint(name)}.db" for name in names}
+        sandbox's views, under the course code's .autograder/ (cache_dir), keyed by all they depend on: every course
+        graded from that code shares them."""
+        paths = {name: cache_dir(self.root) / "templates" / f"{name}-{self.fingerprint(name)}.db" for name in names}
         missing = [name for name, path in paths.items() if not path.exists()]
         if missing:
             paths[missing[0]].parent.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@
 for notebook `name` (the check machinery, its public precomputed data,
 `course_lib`), less every building block of course_lib that implements one of
 that notebook's own exercises. It is built once per version of the
-course's code and kept in ROOT/.autograder/views/.
+course's code and kept in ROOT/.autograder/views/ (or $AUTOGRADER_CACHE/views/: autograder.course.cache_dir).
 """
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from pathlib import Path
 import torch
 
 from autograder import registry, ship
-from autograder.course import digest
+from autograder.course import cache_dir, digest
 
-FOLDER = Path(".autograder") / "views"
 
 
 def fingerprint(root, name):
@@ -33,7 +32,7 @@ def fingerprint(root, name):
 def view(root, name):
     """The folder the sandbox mounts as /course when it grades notebook `name` (built if needed)."""
     root = Path(root)
-    dest = root / FOLDER / f"{name}-{fingerprint(root, name)}"
+    dest = cache_dir(root) / "views" / f"{name}-{fingerprint(root, name)}"
     if dest.is_dir():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)

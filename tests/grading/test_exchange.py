@@ -23,6 +23,7 @@ from nbformat.v4 import new_markdown_cell, new_notebook
 from nbgrader.utils import parse_utc
 
 from autograder.grading import exchange, intake, limits
+from autograder.course import CACHE
 from conftest import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
@@ -56,6 +57,7 @@ def as_user(account, args, *, cwd, env=None, reach=False):
     it creates is the account's own. The attacks below run without it."""
     pw = pwd.getpwnam(account)
     caps = ["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"] if reach else []
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k != CACHE}  # the run's cache is root's alone
     return subprocess.run(["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups", *caps, *map(str, args)],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 

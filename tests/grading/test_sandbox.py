@@ -14,7 +14,7 @@ import pytest
 from autograder import registry
 from autograder.grading import nbgrader_jobs, limits, sandbox, verdict, views
 from autograder import ship
-from autograder.course import CourseError
+from autograder.course import CACHE, CourseError
 from autograder.grading.grade import Grader, read_problems
 from conftest import ROOT
 
@@ -137,6 +137,22 @@ def test_a_notebooks_view_has_the_student_side_and_none_of_its_exercises():
     assert sorted(p.name for p in (folder / "autograder" / "data").iterdir()) == [f"{NAME}.pt"]
     assert ship.leaks(folder) == []
     assert views.view(ROOT, NAME) == folder  # built once
+
+
+def test_courses_share_views_only_through_a_cache_that_is_the_grader_s_alone(tmp_path, monkeypatch):
+    """$AUTOGRADER_CACHE (what `make test` sets, so that every course graded from the same code shares one view per
+    notebook): used when it is this user's alone, refused, before anything is built there, when others may write it."""
+    shared = tmp_path / "cache"
+    monkeypatch.setenv(CACHE, str(shared))
+    folder = views.view(ROOT, NAME)
+    assert folder.parent == shared / "views" and oct(shared.stat().st_mode & 0o777) == "0o700"
+    open_to_all = tmp_path / "open"
+    open_to_all.mkdir(mode=0o777)
+    open_to_all.chmod(0o777)
+    monkeypatch.setenv(CACHE, str(open_to_all))
+    with pytest.raises(CourseError, match="AUTOGRADER_CACHE=.* is not this user's alone"):
+        views.view(ROOT, NAME)
+    assert list(open_to_all.iterdir()) == []
 
 
 def test_grading_stops_before_anything_where_the_sandbox_cannot_start(tmp_path, monkeypatch):
