@@ -104,7 +104,9 @@ def explain(report, passed):
     for part in ex.part_weights():
         mark = "✔" if report.part_ok(part) else "✘"
         if len(ex.part_weights()) > 1:
-            lines.append(f"  {mark} part: {part}")
+            waits = part == "device" and not report.part_ok(part) and all(r.ok for r in report.results if r.case.part == part)
+            lines.append(f"  {mark} part: {part}" + (" (its cases ran right on the meta device, which has no values: it counts "
+                                                      "once the other parts pass)" if waits else ""))
     if broken and first.diagnosis:
         lines.append(f"  Note: this exercise uses {', '.join(broken)}, which has not passed its check yet; fix that first.")
     return lines, reason

@@ -1,5 +1,11 @@
 """Random inputs for the checks, drawn at check time from fixed seeds."""
+import dataclasses
+
 import torch
+
+from autograder.checks.cases import Case
+
+META = "meta"
 
 
 class Draw:
@@ -42,3 +48,19 @@ def with_random_norms(cls):
     build.__name__ = build.__qualname__ = cls.__name__
     build.__wrapped__ = cls  # a catalog's edit applies to the class itself
     return build
+
+
+def on_meta(call):
+    """The call with its tensors (and, through Call.device, a module exercise's module) on PyTorch's meta device, where
+    a tensor has a shape, a dtype and a device but no values."""
+    def move(x):
+        return x.to(META) if isinstance(x, torch.Tensor) else x
+
+    return dataclasses.replace(call, args=tuple(map(move, call.args)), kwargs={k: move(v) for k, v in call.kwargs.items()},
+                               device=META if call.init is not None else call.device)
+
+
+def on_the_meta_device(case, hidden=False):
+    """A case of the part "device": `case`'s inputs on the meta device. Code that makes a tensor without the device of
+    its inputs makes it on the CPU, and a CPU sees that: the output is on the wrong device, or mixing the two raises."""
+    return Case(case.label + ", on the meta device", lambda: on_meta(case.make()), part="device", hidden=hidden, grad=False)

@@ -3,11 +3,17 @@ markdown, from the cell of its heading to its check cell, and the docstring of i
 is listed here with the public case that checks it, or why it asks nothing of the learner's code. A new
 such sentence fails until it is listed; an entry whose sentence is gone fails too. A sentence asking for
 an exception needs a case that expects it (Case.raises), which costs its part's points when it is missing."""
+import ast
 import re
+import sys
 
 import nbformat
+import pytest
+import torch
 
 from autograder import registry
+from autograder.checks import edits
+from autograder.checks.driver import check_exercise
 from conftest import ROOT
 
 # (exercise, words of the sentence): a public case label that checks it, or ("not a requirement", why)
@@ -36,14 +42,33 @@ ASKS_FOR_AN_ERROR = re.compile(r"\braise (?:an? )?`?(\w+Error)`?")
 # Behaviour that an exercise's value shows only on some inputs (issue 50): the words that ask for it, and the
 # words a case's label or part must carry to check it, public and hidden (the part of its own: test_checks).
 BEHAVIOURS = {
-    "training mode": re.compile(r"\btrain(?:ing)? mode\b|\.train\(\)", re.I),
-    "eval mode": re.compile(r"\beval(?:uation)? mode\b|\.eval\(\)", re.I),
-    "dropout": re.compile(r"\bdropout\b", re.I),
-    "no <eos>": re.compile(r"\b(?:no|without|never says) `?<eos>`?", re.I),
+    "training mode": (re.compile(r"\btrain(?:ing)? mode\b|\.train\(\)", re.I), re.compile(r"training mode")),
+    "eval mode": (re.compile(r"\beval(?:uation)? mode\b|\.eval\(\)", re.I), re.compile(r"eval mode")),
+    "dropout": (re.compile(r"\bdropout\b", re.I), re.compile(r"dropout")),
+    "no <eos>": (re.compile(r"\b(?:no|without|never says) `?<eos>`?", re.I), re.compile(r"no <eos>")),
+    # a dtype asked for, or one kept from an input (a hint's dtype=S.dtype keeps S's)
+    "dtype": (re.compile(r"\bof the given `?dtype|\bmatch `?\w+`?'s dtype|\bdtype and device of\b|\bdtype=`?\w+\.dtype\b", re.I),
+              re.compile(r"\bdtype\b")),
+    # a device given, or one kept from an input (a hint's device=x.device, "on data's device")
+    "device": (re.compile(r"\bon (?:any|`?\w+`?'s) device\b|\bdevice of `?\w+|\bdevice=`?(?:device|\w+\.device)\b|"
+                          r"\bcreated on `?\w+\.device", re.I), re.compile(r"\bdevice\b")),
+    "odd size": (re.compile(r"\bodd `?d_model\b|`?d_model`? is odd", re.I), re.compile(r"\bodd\b")),
+    "empty": (re.compile(r"\ban empty (?:source|row)\b|\bevery position of a row is masked|\b(?:dict|beam) is empty\b", re.I),
+              re.compile(r"empty|all masked|no pair is left")),
 }
 # (exercise, behaviour): why no case needs to check it
 BEHAVIOURS_NOT_ASKED = {
     ("FeedForward", "eval mode"): "says how the checks run (dropout does nothing in evaluation mode), asks nothing",
+    ("beam_search", "empty"): "stopping once the beam is empty saves steps and changes no output: an empty beam adds nothing "
+                              "to what is finished",
+    # a search decides what to keep by the values of its scores (topk, which hypotheses ended), which the meta device
+    # has not: no case on the CPU can run it elsewhere; test_device_code checks that every tensor it makes takes device=
+    ("beam_search", "device"): "a search reads its scores' values, which no device but a real one has (test_device_code)",
+    ("beam_generate", "device"): "a search reads its scores' values, which no device but a real one has (test_device_code)",
+    # an embedding on the meta device looks up positions made on the CPU without complaint, where a GPU raises: the
+    # meta case cannot tell the hint's torch.arange(T) from torch.arange(T, device=x.device)
+    **{(name, "device"): "an embedding lookup on the meta device takes CPU positions (a GPU raises); test_device_code"
+       for name in ("LearnedPositionalEmbedding", "GPT", "Seq2SeqAttention")},
 }
 
 
@@ -113,13 +138,13 @@ def test_the_lint_finds_a_requirement_nobody_listed():
 
 def behaviours_asked(text):
     """The behaviours (keys of BEHAVIOURS) whose words the text uses."""
-    return {name for name, words in BEHAVIOURS.items() if words.search(text)}
+    return {name for name, (asks, _) in BEHAVIOURS.items() if asks.search(text)}
 
 
 def behaviours_unchecked(name, text, cases):
     """The behaviours the text asks for that no public case and no hidden case names in its label or part."""
     def named(behaviour, hidden):
-        return any(behaviour in (c.label + " " + c.part).lower() for c in cases if c.hidden == hidden)
+        return any(BEHAVIOURS[behaviour][1].search((c.label + " " + c.part).lower()) for c in cases if c.hidden == hidden)
     return sorted(b for b in behaviours_asked(text) if (name, b) not in BEHAVIOURS_NOT_ASKED
                   and not (named(b, False) and named(b, True)))
 
@@ -146,3 +171,72 @@ def test_the_lint_finds_a_behaviour_nobody_checks():
                           Case("dropout=0.5 in eval mode", lambda: Call(), part="modes"),
                           Case("the model handed over in eval mode; training mode after", lambda: Call(), part="modes", hidden=True)]
     assert behaviours_unchecked("planted", text, both) == ["training mode"]
+
+
+class _Without(ast.NodeTransformer):
+    """The reference's source without what a learner forgets: every keyword `keyword=` of a call, and every
+    `.to(...)` whose argument reads `.{keyword}` (x.to(y.dtype), pe.to(dtype) for keyword "dtype")."""
+
+    def __init__(self, keyword):
+        self.keyword = keyword
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        node.keywords = [k for k in node.keywords if k.arg != self.keyword]
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "to" and node.args and self.keyword in ast.unparse(node.args[0]):
+            return node.func.value
+        return node
+
+
+def forgetting(exercise, keyword):
+    """The exercise's reference, and every function of its module that it calls, as a learner who forgot `keyword`
+    (autograder.checks.edits compiles its edits the same way)."""
+    reference = getattr(exercise.reference, "__wrapped__", exercise.reference)
+    namespace = dict(vars(sys.modules[reference.__module__]))
+    for f in [*edits.callees(reference), reference]:
+        tree = ast.fix_missing_locations(_Without(keyword).visit(edits.source_tree(f)))
+        exec(compile(ast.unparse(tree), f"<{f.__name__} without {keyword}>", "exec"), namespace)
+    return namespace[reference.__name__]
+
+
+# (exercise, the part its cases check): a learner who forgot what the part asks for. The others' code cannot go wrong
+# on a device in a way a CPU sees (test_every_behaviour_the_text_asks_for_has_a_case's BEHAVIOURS_NOT_ASKED), or only by
+# moving its output elsewhere (get_batch).
+FORGOTTEN = {
+    **{(name, "device"): lambda ex: forgetting(ex, "device")
+       for name in ("causal_mask", "padding_mask", "make_masks", "Block", "Transformer", "skip_pair_votes")},
+    ("shift_right", "device"): lambda ex: lambda tgt, bos_id=1: _shift_right(tgt, torch.full((len(tgt), 1), bos_id, dtype=tgt.dtype)),
+    ("shift_right", "dtype"): lambda ex: lambda tgt, bos_id=1: _shift_right(tgt, torch.full((len(tgt), 1), bos_id, device=tgt.device)),
+    **{(name, "dtype"): lambda ex: forgetting(ex, "dtype")
+       for name in ("sinusoidal_positional_encoding", "shift_matrix", "PositionalEncoding", "skip_pair_votes")},
+}
+
+
+def _shift_right(tgt, bos):
+    """shift_right with a <bos> column made by the learner, not by full_like (torch.full: int64 on the CPU unless told)."""
+    return torch.cat([bos, tgt[:, :-1]], dim=1)
+
+
+@pytest.mark.parametrize("name, part", sorted(FORGOTTEN))
+def test_a_dtype_or_device_case_tells_the_learner_who_forgot_it(name, part):
+    """The part's public and hidden cases fail, and no other part does: the case tells right from wrong on exactly that,
+    and says so (the device cases run on the meta device: a CPU sees a tensor made without device=)."""
+    ex = registry.get(name)
+    report = check_exercise(ex, FORGOTTEN[name, part](ex), hidden=True)
+    failed = {(r.case.part, r.case.hidden) for r in report.results if not r.ok}
+    assert failed == {(part, False), (part, True)}, failed
+    said = next(r for r in report.results if not r.ok and not r.case.hidden).problem
+    assert ("meta" in said and "device=" in said) if part == "device" else "has dtype" in said, said
+
+
+def test_the_device_part_counts_only_once_the_values_are_right():
+    """A meta tensor has no values: code that returns the right shape on the right device but the wrong numbers runs
+    the device cases right, and earns nothing for them."""
+    ex = registry.get("get_batch")
+
+    def zeros(data, block_size, B, generator=None):
+        return torch.zeros(B, block_size, dtype=data.dtype, device=data.device), torch.zeros(B, block_size, dtype=data.dtype, device=data.device)
+
+    report = check_exercise(ex, zeros, hidden=True)
+    assert [r.ok for r in report.results if r.case.part == "device"] == [True, True]
+    assert not report.part_ok("device") and report.fraction == 0

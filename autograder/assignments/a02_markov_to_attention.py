@@ -7,7 +7,7 @@ import torch
 
 import solutions_lib.markov as ref
 from autograder.checks.cases import Call, Case, Exercise
-from autograder.inputs import Draw, dims
+from autograder.inputs import Draw, dims, on_the_meta_device
 
 NOTEBOOK = "02_markov_to_attention"
 
@@ -151,14 +151,19 @@ def skip_table_cases():
 # ---------------------------------------------------------------- skip_pair_votes
 
 
-def _votes_case(seed, n_sentences, n_words, hidden=False):
+def _votes_case(seed, n_sentences, n_words, dtype=None, hidden=False):
+    """With a `dtype`, S comes in it (the part "dtype": the votes keep S's dtype)."""
     def make():
         sentences = _corpus(seed, n_sentences, n_words)
         vocab = ref.build_vocab(sentences)
         context = " ".join(sentences[0].split()[:-1])
-        return Call((context, ref.skip_transition_table(sentences, vocab), vocab))
+        S = ref.skip_transition_table(sentences, vocab)
+        return Call((context, S if dtype is None else S.to(dtype), vocab))
 
-    return Case(_sentences(seed, n_sentences, n_words), make, hidden=hidden, grad=False)
+    if dtype is None:
+        return Case(_sentences(seed, n_sentences, n_words), make, hidden=hidden, grad=False)
+    return Case(_sentences(seed, n_sentences, n_words) + f", S of dtype {str(dtype).replace('torch.', '')}", make, part="dtype",
+                hidden=hidden, grad=False)
 
 
 def votes_cases():
@@ -170,6 +175,8 @@ def votes_cases():
         Case("'check the program log and find out whether it ran'", log_case, grad=False), _votes_case(251, 4, 6),
         _votes_case(252, 6, 9), _votes_case(254, 5, 8),  # 254: the first word taken as the latest is no swap of S's indices
         _votes_case(253, 8, 7, hidden=True),
+        _votes_case(255, 4, 7, dtype=torch.float64), _votes_case(256, 6, 6, dtype=torch.float64, hidden=True),
+        on_the_meta_device(_votes_case(257, 5, 6)), on_the_meta_device(_votes_case(258, 7, 8), hidden=True),
     ]
 
 
@@ -220,7 +227,7 @@ EXERCISES = [
     Exercise("transition_matrix", ref.transition_matrix, points=3, cases=transition_cases, parts={"order 1": 2, "order 2": 1}),
     Exercise("next_word_distribution", ref.next_word_distribution, points=2, cases=next_word_cases),
     Exercise("skip_transition_table", ref.skip_transition_table, points=2, cases=skip_table_cases),
-    Exercise("skip_pair_votes", ref.skip_pair_votes, points=2, cases=votes_cases),
+    Exercise("skip_pair_votes", ref.skip_pair_votes, points=2, cases=votes_cases, parts={"main": 3, "dtype": 1, "device": 1}),
     Exercise("apply_mask", ref.apply_mask, points=2, cases=mask_cases),
     Exercise("attention_lookup", ref.attention_lookup, points=2, cases=lookup_cases, returns=("output", "weights")),
 ]

@@ -90,7 +90,7 @@ def _weights_case(seed, B, T, mask=False, dtype=torch.float32, hidden=False, emp
         return Call((scores,), {"mask": _empty_row(m) if empty_row else m})
 
     label = dims(B=B, T=T) + (", mask" if mask else "") + (", one row all masked" if empty_row else "") + _dtype_label(dtype)
-    return Case(label, make, part="with a mask" if mask else "no mask", hidden=hidden)
+    return Case(label, make, part="an empty row" if empty_row else "with a mask" if mask else "no mask", hidden=hidden)
 
 
 def weights_cases():
@@ -178,7 +178,8 @@ EXERCISES = [
     Exercise("AdditiveScore", ref.AdditiveScore, points=2, cases=additive_cases, kind="module"),
     Exercise("cosine_score", ref.cosine_score, points=1, cases=cosine_cases, depends_on=("dot_score",)),
     Exercise("LocationScore", ref.LocationScore, points=1, cases=location_cases, kind="module"),
-    Exercise("attention_weights", ref.attention_weights, points=1, cases=weights_cases, parts={"no mask": 2, "with a mask": 1}),
+    Exercise("attention_weights", ref.attention_weights, points=1, cases=weights_cases,
+             parts={"no mask": 2, "with a mask": 1, "an empty row": 0.5}),
     Exercise("context_vector", ref.context_vector, points=1, cases=context_cases),
     Exercise(
         "AttentionDecoderStep", ref.AttentionDecoderStep, points=3, cases=step_cases, kind="module",

@@ -15,14 +15,18 @@ def _dtype_label(dtype):
     return "" if dtype == torch.float32 else f", {str(dtype).replace('torch.', '')}"
 
 
-def _table_cases(name, public, hidden):
+def _table_cases(name, public, hidden, main="main"):
     """Calls f(n, d_model), or f(n, d_model, dtype=dtype), of a function that builds a table,
-    one per (n, d_model[, dtype]) of `public`, then of `hidden`; `name` labels n."""
+    one per (n, d_model[, dtype]) of `public`, then of `hidden`; `name` labels n. A call with a dtype
+    is in the part "dtype" (the table comes in the dtype asked for), one with an odd d_model in
+    "odd d_model"; the others in `main`."""
 
     def case(n, d_model, dtype=None, hidden=False):
         kwargs = {} if dtype is None else {"dtype": dtype}
         label = dims(**{name: n}, d_model=d_model) + _dtype_label(dtype or torch.float32)
-        return Case(label, lambda: Call((n, d_model), kwargs), hidden=hidden, grad=False)
+        part = "dtype" if dtype is not None else "odd d_model" if d_model % 2 else main
+        return Case(label + (" (odd d_model)" if d_model % 2 else ""), lambda: Call((n, d_model), kwargs),
+                    part=part, hidden=hidden, grad=False)
 
     return [case(*c) for c in public] + [case(*c, hidden=True) for c in hidden]
 
@@ -31,23 +35,29 @@ def _table_cases(name, public, hidden):
 
 
 def pe_cases():
-    return _table_cases("T", public=[(10, 8), (50, 16), (7, 7), (30, 12, torch.float64)], hidden=[(100, 33, torch.float64), (64, 64)])
+    return _table_cases("T", public=[(10, 8), (50, 16), (7, 7), (30, 12, torch.float64)],
+                        hidden=[(100, 32, torch.float64), (25, 33), (64, 64)])
 
 
 # ---------------------------------------------------------------- PositionalEncoding
 
 
 def _module_case(seed, B, T, d_model, max_len, dtype=torch.float32, hidden=False):
+    """A batch x of `dtype`; one of half precision is in the part "dtype": the output keeps x's dtype (a float32
+    table added as it is would make it float32)."""
     def make():
-        return Call((Draw(seed).randn(B, T, d_model, dtype=dtype),), init=(d_model, max_len))
+        return Call((Draw(seed).randn(B, T, d_model).to(dtype),), init=(d_model, max_len))
 
-    return Case(dims(B=B, T=T, d_model=d_model, max_len=max_len) + _dtype_label(dtype), make, hidden=hidden)
+    part = "dtype" if dtype in (torch.bfloat16, torch.float16) else "main"
+    return Case(dims(B=B, T=T, d_model=d_model, max_len=max_len) + _dtype_label(dtype) + (" x: the output keeps its dtype" if part == "dtype" else ""),
+                make, part=part, hidden=hidden)
 
 
 def pe_module_cases():
     return [
         _module_case(1, 2, 5, 8, 16), _module_case(2, 3, 12, 6, 12), _module_case(3, 1, 4, 10, 50),
-        _module_case(4, 4, 9, 16, 20, hidden=True),
+        _module_case(5, 2, 6, 8, 16, dtype=torch.bfloat16),
+        _module_case(4, 4, 9, 16, 20, hidden=True), _module_case(6, 3, 7, 12, 10, dtype=torch.float16, hidden=True),
     ]
 
 
@@ -55,13 +65,13 @@ def pe_module_cases():
 
 
 def shift_cases():
-    even = _table_cases("k", public=[(1, 8), (5, 16), (3, 4, torch.float64), (-2, 6)], hidden=[(17, 32, torch.float64)])
+    even = _table_cases("k", public=[(1, 8), (5, 16), (3, 4, torch.float64), (-2, 6)], hidden=[(17, 32, torch.float64), (9, 20)], main="M_k")
 
     def odd(k, d_model, hidden=False):  # the text: "for an odd d_model raise a ValueError"
         return Case(dims(k=k, d_model=d_model) + ": odd, so no such matrix", lambda: Call((k, d_model)),
                     part="odd d_model raises", hidden=hidden, grad=False, raises="ValueError")
 
-    return [Case(c.label, c.make, "M_k", c.hidden, c.grad) for c in even] + [odd(1, 7), odd(4, 9, hidden=True)]
+    return even + [odd(1, 7), odd(4, 9, hidden=True)]
 
 
 # ---------------------------------------------------------------- LearnedPositionalEmbedding
@@ -120,9 +130,11 @@ def gap_cases():
 
 
 EXERCISES = [
-    Exercise("sinusoidal_positional_encoding", ref.sinusoidal_positional_encoding, points=2, cases=pe_cases),
-    Exercise("PositionalEncoding", ref.PositionalEncoding, points=2, cases=pe_module_cases, kind="module", depends_on=("sinusoidal_positional_encoding",)),
-    Exercise("shift_matrix", ref.shift_matrix, points=2, cases=shift_cases, parts={"M_k": 3, "odd d_model raises": 1}),
+    Exercise("sinusoidal_positional_encoding", ref.sinusoidal_positional_encoding, points=2, cases=pe_cases,
+             parts={"main": 3, "odd d_model": 1, "dtype": 1}),
+    Exercise("PositionalEncoding", ref.PositionalEncoding, points=2, cases=pe_module_cases, kind="module",
+             depends_on=("sinusoidal_positional_encoding",), parts={"main": 3, "dtype": 1}),
+    Exercise("shift_matrix", ref.shift_matrix, points=2, cases=shift_cases, parts={"M_k": 3, "dtype": 1, "odd d_model raises": 1}),
     Exercise("LearnedPositionalEmbedding", ref.LearnedPositionalEmbedding, points=1, cases=learned_cases, kind="module"),
     Exercise("permutation_gap", ref.permutation_gap, points=1, cases=gap_cases),
 ]

@@ -3,7 +3,7 @@ import torch
 
 import solutions_lib as sl
 from autograder.checks.cases import Call, Case, Exercise
-from autograder.inputs import Draw, dims
+from autograder.inputs import META, Draw, dims, on_the_meta_device
 
 NOTEBOOK = "05_self_attention"
 
@@ -97,8 +97,14 @@ def _causal_case(T, hidden=False):
     return Case(f"T={T}", lambda: Call((T,)), hidden=hidden, grad=False)
 
 
+def _causal_device_case(T, hidden=False):
+    return Case(f"T={T}, device='meta': the mask on the device asked for", lambda: Call((T,), {"device": META}), part="device",
+                hidden=hidden, grad=False)
+
+
 def causal_cases():
-    return [_causal_case(4), _causal_case(1), _causal_case(7), _causal_case(13, hidden=True)]
+    return [_causal_case(4), _causal_case(1), _causal_case(7), _causal_case(13, hidden=True),
+            _causal_device_case(5), _causal_device_case(9, hidden=True)]
 
 
 def _padding_case(lengths, T, hidden=False):
@@ -106,7 +112,8 @@ def _padding_case(lengths, T, hidden=False):
 
 
 def padding_cases():
-    return [_padding_case([2, 2], 4), _padding_case([3, 5, 1], 5), _padding_case([7, 2, 7, 4], 8, hidden=True)]
+    return [_padding_case([2, 2], 4), _padding_case([3, 5, 1], 5), _padding_case([7, 2, 7, 4], 8, hidden=True),
+            on_the_meta_device(_padding_case([3, 1, 4], 4)), on_the_meta_device(_padding_case([2, 6], 6), hidden=True)]
 
 
 # ---------------------------------------------------------------- SelfAttention
@@ -152,8 +159,8 @@ EXERCISES = [
         parts={"no mask": 2, "masks": 1.5, "a query with every key masked": 0.5}, depends_on=("attention_scores",),
         returns=("output", "weights"),
     ),
-    Exercise("causal_mask", sl.causal_mask, points=1, cases=causal_cases),
-    Exercise("padding_mask", sl.padding_mask, points=1, cases=padding_cases),
+    Exercise("causal_mask", sl.causal_mask, points=1, cases=causal_cases, parts={"main": 3, "device": 1}),
+    Exercise("padding_mask", sl.padding_mask, points=1, cases=padding_cases, parts={"main": 3, "device": 1}),
     Exercise(
         "SelfAttention", sl.SelfAttention, points=3, cases=self_attention_cases, kind="module",
         parts={"no mask": 2, "with a mask": 1}, depends_on=("scaled_dot_product_attention",), returns=("output", "weights"),

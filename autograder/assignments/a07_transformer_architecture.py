@@ -10,7 +10,7 @@ import torch
 import solutions_lib as sl
 from solutions_lib import transformer as tf
 from autograder.checks.cases import Call, Case, Exercise
-from autograder.inputs import Draw, dims, with_random_norms
+from autograder.inputs import Draw, dims, on_the_meta_device, with_random_norms
 
 NOTEBOOK = "07_transformer_architecture"
 
@@ -212,6 +212,8 @@ def transformer_cases():
         _transformer_case(68, 2, 6, 6, 9, 11, 12, 3, 2, 24, masks=EMPTY_ROWS, part="padding masks", hidden=True),
         _transformer_case(69, 2, 5, 4, 11, 13, 8, 2, 1, 16, masks=True, dropout=0.3),
         _transformer_case(70, 3, 4, 5, 9, 9, 12, 3, 1, 24, dropout=0.2, hidden=True),
+        on_the_meta_device(_transformer_case(71, 2, 5, 4, 11, 13, 8, 2, 1, 16)),
+        on_the_meta_device(_transformer_case(72, 3, 4, 6, 9, 10, 12, 3, 2, 24), hidden=True),
     ]
 
 
@@ -234,7 +236,7 @@ EXERCISES = [
     _layer_or_stack("Decoder", 2, decoder_cases, depends_on=("DecoderLayer",)),
     Exercise(
         "Transformer", with_random_norms(tf.Transformer), points=4, cases=transformer_cases, kind="module",
-        parts={"no mask": 2, "padding masks": 1, "tied weights": 1, "dropout": 0.5}, depends_on=("Encoder", "Decoder"),
+        parts={"no mask": 2, "padding masks": 1, "tied weights": 1, "dropout": 0.5, "device": 0.5}, depends_on=("Encoder", "Decoder"),
     ),
 ]
 

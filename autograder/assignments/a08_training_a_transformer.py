@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import solutions_lib.training as ref
 from autograder.checks.cases import Call, Case, Exercise
 from autograder.fixtures import CopyModel, LinearWarmup
-from autograder.inputs import Draw, dims
+from autograder.inputs import Draw, dims, on_the_meta_device
 from course_lib.transformer import Transformer  # PyTorch-backed: the student distribution stores these cases (autograder.fixtures)
 
 NOTEBOOK = "08_training_a_transformer"
@@ -48,16 +48,22 @@ def _sources(r, B, T, V):
 # ---------------------------------------------------------------- shift_right
 
 
-def _shift_case(seed, B, T, V=12, bos_id=BOS, hidden=False):
+def _shift_case(seed, B, T, V=12, bos_id=BOS, dtype=torch.long, hidden=False):
+    """tgt of `dtype`; another than int64 is the part "dtype": the <bos> column takes tgt's dtype."""
     def make():
         r = Draw(seed)
-        return Call((_targets(r, B, T, V), bos_id))
+        return Call((_targets(r, B, T, V).to(dtype), bos_id))
 
-    return Case(dims(B=B, T=T) + f", bos_id={bos_id}", make, hidden=hidden, grad=False)
+    if dtype == torch.long:
+        return Case(dims(B=B, T=T) + f", bos_id={bos_id}", make, hidden=hidden, grad=False)
+    return Case(dims(B=B, T=T) + f", bos_id={bos_id}, tgt of dtype {str(dtype).replace('torch.', '')}", make, part="dtype",
+                hidden=hidden, grad=False)
 
 
 def shift_cases():
-    return [_shift_case(801, 2, 5), _shift_case(802, 3, 8), _shift_case(803, 1, 2), _shift_case(804, 4, 7, bos_id=5, hidden=True)]
+    return [_shift_case(801, 2, 5), _shift_case(802, 3, 8), _shift_case(803, 1, 2), _shift_case(804, 4, 7, bos_id=5, hidden=True),
+            _shift_case(805, 3, 6, dtype=torch.int32), _shift_case(806, 2, 7, bos_id=4, dtype=torch.int16, hidden=True),
+            on_the_meta_device(_shift_case(807, 2, 6)), on_the_meta_device(_shift_case(808, 3, 5, bos_id=3), hidden=True)]
 
 
 # ---------------------------------------------------------------- make_masks
@@ -79,6 +85,7 @@ def masks_cases():
     return [
         _masks_case(811, 2, 5, 4), _masks_case(812, 3, 7, 6), _masks_case(813, 1, 3, 3),
         _masks_case(814, 4, 6, 8, pad_id=9, hidden=True),
+        on_the_meta_device(_masks_case(816, 2, 6, 5)), on_the_meta_device(_masks_case(817, 3, 4, 6), hidden=True),
     ]
 
 
@@ -354,8 +361,8 @@ def beam_search_cases():
 
 
 EXERCISES = [
-    Exercise("shift_right", ref.shift_right, points=1, cases=shift_cases),
-    Exercise("make_masks", ref.make_masks, points=2, cases=masks_cases, returns=("src_mask", "tgt_mask")),
+    Exercise("shift_right", ref.shift_right, points=1, cases=shift_cases, parts={"main": 3, "dtype": 1, "device": 1}),
+    Exercise("make_masks", ref.make_masks, points=2, cases=masks_cases, returns=("src_mask", "tgt_mask"), parts={"main": 3, "device": 1}),
     Exercise("label_smoothed_cross_entropy", ref.label_smoothed_cross_entropy, points=3, cases=loss_cases, parts={"no smoothing": 1, "smoothing": 2}),
     Exercise("warmup_lr", ref.warmup_lr, points=1, cases=lr_cases),
     Exercise(

@@ -13,7 +13,7 @@ halved, flatter distributions where greedy decoding often misses the likeliest c
 import torch
 
 from autograder.checks.cases import Call, Case, Exercise
-from autograder.inputs import Draw, dims, with_random_norms
+from autograder.inputs import Draw, dims, on_the_meta_device, with_random_norms
 from course_lib.gpt import CacheSteps, PrefilledCache, TinyGPT  # what the student distribution can load (autograder.fixtures)
 from solutions_lib import gpt
 from solutions_lib.gpt import data
@@ -47,6 +47,7 @@ def block_cases():
         _block_case(4, 2, 1, 8, 2, 16, cached=4), _block_case(5, 2, 3, 12, 3, 24, cached=2),
         _block_case(6, 2, 6, 8, 2, 16, hidden=True), _block_case(7, 1, 2, 16, 4, 32, cached=5, hidden=True),
         _block_case(8, 2, 5, 8, 2, 16, dropout=0.3), _block_case(9, 3, 4, 12, 3, 24, dropout=0.2, hidden=True),
+        on_the_meta_device(_block_case(10, 2, 5, 8, 2, 16)), on_the_meta_device(_block_case(20, 1, 4, 12, 3, 24), hidden=True),
     ]
 
 
@@ -101,6 +102,7 @@ def batch_cases():
     return [
         _batch_case(21, 40, 8, 4), _batch_case(22, 100, 16, 6), _batch_case(23, 12, 11, 5), _batch_case(24, 30, 1, 3),
         _batch_case(25, 64, 10, 8, hidden=True), _batch_case(26, 17, 16, 4, hidden=True),
+        on_the_meta_device(_batch_case(27, 30, 6, 4)), on_the_meta_device(_batch_case(28, 20, 5, 3), hidden=True),
     ]
 
 
@@ -281,9 +283,9 @@ EXERCISES = [
     Exercise("nats_per_char", data.nats_per_char, points=1, cases=nats_cases),
     Exercise("markov_nats_per_char", data.markov_nats_per_char, points=3, cases=markov_cases,
              parts={"unigram": 1, "bigram and trigram": 2}, depends_on=("nats_per_char",)),
-    Exercise("get_batch", data.get_batch, points=2, cases=batch_cases, returns=("x", "y")),
+    Exercise("get_batch", data.get_batch, points=2, cases=batch_cases, returns=("x", "y"), parts={"main": 3, "device": 1}),
     Exercise("Block", with_random_norms(gpt.Block), points=3, cases=block_cases, kind="module",
-             parts={"no cache": 2, "with a KV cache": 1, "dropout": 0.5}),
+             parts={"no cache": 2, "with a KV cache": 1, "dropout": 0.5, "device": 0.5}),
     Exercise("GPT", with_random_norms(gpt.GPT), points=3, cases=gpt_cases, kind="module",
              parts={"logits and loss": 3, "with a KV cache": 1, "dropout": 0.5}, depends_on=("Block",), returns=("logits", "loss")),
     Exercise("sample_next", gpt.sample_next, points=3, cases=sample_cases, parts={"temperature": 1, "top-k": 1, "top-p": 1}),

@@ -19,6 +19,9 @@ class Call:
     that dropout in training mode draws the same masks for the reference and the learner (here and in the grading
     sandbox, where the call travels pickled, seed included: autograder.checks.travel.portable_call). `train`: the
     mode of a module exercise's module for this call, in place of the exercise's train_mode; None keeps that.
+    `device`: where a module exercise's module is moved once it holds its weights ("meta" in the device cases: a
+    tensor there has a shape, a dtype and a device but no values, so a CPU tells whether the code keeps to the device
+    of its inputs); None leaves it where it was built.
     """
 
     args: tuple = ()
@@ -27,6 +30,7 @@ class Call:
     init_kwargs: dict = field(default_factory=dict)
     seed: int | None = None
     train: bool | None = None
+    device: str | None = None
 
 
 @dataclass
@@ -154,10 +158,14 @@ class Report:
 
     def part_ok(self, part):
         """A part earns its points only when every one of its planned cases ran and matched: a check stops
-        at the first stub or timeout, and the cases it never reached cannot vouch for the part."""
+        at the first stub or timeout, and the cases it never reached cannot vouch for the part. The part "device"
+        runs on the meta device, which has no values: it earns its points once every other part has too."""
         rs = [r for r in self.results if r.case.part == part]
         planned = len(rs) if self.planned is None else sum(c.part == part for c in self.planned)
-        return bool(rs) and len(rs) == planned and all(r.ok for r in rs)
+        ok = bool(rs) and len(rs) == planned and all(r.ok for r in rs)
+        if part == "device":
+            return ok and all(self.part_ok(p) for p in self.exercise.part_weights() if p != part)
+        return ok
 
     @property
     def not_implemented(self):

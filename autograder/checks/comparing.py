@@ -51,7 +51,11 @@ def compare_tensor(what, got, want):
     if got.dtype != want.dtype:
         return f"{what} {agree(what, 'has')} dtype {got.dtype}, expected {want.dtype}"
     if got.device != want.device:
-        return f"{what} {agree(what, 'is')} on {got.device}, expected {want.device}"
+        told = (": a tensor made without device= lands on the CPU, not on the device the call asks for or its inputs are on"
+                if want.device.type == "meta" and got.device.type == "cpu" else "")
+        return f"{what} {agree(what, 'is')} on {got.device}, expected {want.device}{told}"
+    if want.device.type == "meta":  # the device cases' tensors: a shape, a dtype and a device, no values
+        return ""
     if want.dtype == torch.bool or not want.is_floating_point():
         wrong = (got != want).sum().item()
         return f"{what} {agree(what, 'differs')} in {wrong} of {want.numel()} entries" if wrong else ""
@@ -209,8 +213,8 @@ def describe_inputs(call, names=()):
     """Lines describing a case's inputs: shapes and dtypes, and the values of small tensors."""
     def one(name, x):
         if isinstance(x, torch.Tensor):
-            text = f"{name}: {tuple(x.shape)} {str(x.dtype).removeprefix('torch.')}"
-            if x.numel() <= 12:
+            text = f"{name}: {tuple(x.shape)} {str(x.dtype).removeprefix('torch.')}" + (f" on {x.device}" if x.device.type != "cpu" else "")
+            if x.numel() <= 12 and x.device.type != "meta":  # a meta tensor has no values
                 text += f" = {_values(x.detach().cpu().tolist())}"
             return text
         if isinstance(x, torch.nn.Module):  # its repr runs over many lines

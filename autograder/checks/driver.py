@@ -37,7 +37,7 @@ def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
         where = ()
         if not case.hidden and impl is not None:
             where = raised_at(e, impl)
-        return CaseResult(case, False, f"raised {describe_error(e)}", detail=where), got
+        return CaseResult(case, False, f"raised {describe_error(e)}{_on_meta(case, e)}", detail=where), got
     problem = compare_outcomes(got, want, exercise.returns)
     if not problem:
         return CaseResult(case, True), got
@@ -45,9 +45,18 @@ def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
     return CaseResult(case, False, problem, detail=detail, reference=want), got
 
 
+def _on_meta(case, error):
+    """What a device case's error means, where it is one: code that reads its inputs' values, or mixes devices."""
+    if case.part != "device" or "meta" not in str(error):
+        return ""
+    return (" (this case's inputs are on PyTorch's meta device, which has shapes but no values: code that mixes a tensor "
+            "made without device= with them raises, and so does code that reads a value, .item() or a Python loop over a "
+            "tensor, where the hint's vectorised form does not)")
+
+
 def _unfinished(case, got):
     """The result of a case the learner's code did not finish: a stub, or past the time limit; else None."""
-    if isinstance(got.error, NotImplementedError):
+    if isinstance(got.error, NotImplementedError) and not _on_meta(case, got.error):  # PyTorch's "no data" on meta is no stub
         return CaseResult(case, False, "not implemented yet (the stub still raises NotImplementedError)", not_implemented=True)
     if isinstance(got.error, CheckTimeout):
         return CaseResult(case, False, str(got.error), timed_out=True)

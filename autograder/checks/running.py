@@ -94,6 +94,8 @@ def run_call(kind, train_mode, impl, call, grad, weights=None, timeout=DEFAULT_T
                 if weights is not None:
                     load_weights(fn, weights)
                     fn.train(train_mode)
+                if call.device is not None:
+                    fn.to(call.device)
                 if grad:
                     inputs.update({name: p for name, p in fn.named_parameters()})
             else:
