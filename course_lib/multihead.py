@@ -39,7 +39,8 @@ class MultiHeadAttention(nn.Module):
             average_attn_weights=False,
         )
         out = out.transpose(0, 1).contiguous()  # in the layout of the lesson's: a dropout after it draws the same mask
-        if dead is not None and bool(dead.any()):  # nothing to attend to: no attention output
+        if dead is not None:  # a query with nothing to attend to gets no attention output (no branch on values: they may be
+            # on a GPU, or on the meta device of the device checks, which has none)
             nothing = self.W_o.bias if self.W_o.bias is not None else torch.zeros_like(out[0, 0])
             out = torch.where(dead[..., None], nothing, out)
             weights = None if weights is None else weights.masked_fill(dead[:, None, :, None], 0.0)
