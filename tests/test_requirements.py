@@ -51,7 +51,7 @@ BEHAVIOURS = {
               re.compile(r"\bdtype\b")),
     # a device given, or one kept from an input (a hint's device=x.device, "on data's device")
     "device": (re.compile(r"\bon (?:any|`?\w+`?'s) device\b|\bdevice of `?\w+|\bdevice=`?(?:device|\w+\.device)\b|"
-                          r"\bcreated on `?\w+\.device", re.I), re.compile(r"\bdevice\b")),
+                          r"\b(?:created )?on `?\w+\.device\b", re.I), re.compile(r"\bdevice\b")),
     "odd size": (re.compile(r"\bodd `?d_model\b|`?d_model`? is odd", re.I), re.compile(r"\bodd\b")),
     "empty": (re.compile(r"\ban empty (?:source|row)\b|\bevery position of a row is masked|\b(?:dict|beam) is empty\b", re.I),
               re.compile(r"empty|all masked|no pair is left")),
@@ -63,6 +63,8 @@ BEHAVIOURS_NOT_ASKED = {
                               "to what is finished",
     # a search decides what to keep by the values of its scores (topk, which hypotheses ended), which the meta device
     # has not: no case on the CPU can run it elsewhere; test_device_code checks that every tensor it makes takes device=
+    ("greedy_decode", "device"): "decoding reads the tokens it chose (which rows are done), which no device but a real one "
+                                 "has (test_device_code)",
     ("beam_search", "device"): "a search reads its scores' values, which no device but a real one has (test_device_code)",
     ("beam_generate", "device"): "a search reads its scores' values, which no device but a real one has (test_device_code)",
     # an embedding on the meta device looks up positions made on the CPU without complaint, where a GPU raises: the
