@@ -13,6 +13,7 @@ import sys
 import warnings
 
 from autograder import record, registry
+from autograder.checks.cases import DEVICE
 from autograder.checks.driver import check_exercise
 
 RESULT_MIME = "application/vnd.seqcourse.check+json"
@@ -104,7 +105,7 @@ def explain(report, passed):
     for part in ex.part_weights():
         mark = "✔" if report.part_ok(part) else "✘"
         if len(ex.part_weights()) > 1:
-            waits = part == "device" and not report.part_ok(part) and all(r.ok for r in report.results if r.case.part == part)
+            waits = part == DEVICE and not report.part_ok(part) and all(r.ok for r in report.results if r.case.part == part)
             lines.append(f"  {mark} part: {part}" + (" (its cases ran right on the meta device, which has no values: it counts "
                                                       "once the other parts pass)" if waits else ""))
     if broken and first.diagnosis:

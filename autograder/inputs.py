@@ -3,7 +3,7 @@ import dataclasses
 
 import torch
 
-from autograder.checks.cases import Case
+from autograder.checks.cases import DEVICE, Case
 
 META = "meta"
 
@@ -63,4 +63,4 @@ def on_meta(call):
 def on_the_meta_device(case, hidden=False):
     """A case of the part "device": `case`'s inputs on the meta device. Code that makes a tensor without the device of
     its inputs makes it on the CPU, and a CPU sees that: the output is on the wrong device, or mixing the two raises."""
-    return Case(case.label + ", on the meta device", lambda: on_meta(case.make()), part="device", hidden=hidden, grad=False)
+    return Case(case.label + ", on the meta device", lambda: on_meta(case.make()), part=DEVICE, hidden=hidden, grad=False)

@@ -2,7 +2,7 @@
 import torch
 
 import solutions_lib as sl
-from autograder.checks.cases import Call, Case, Exercise
+from autograder.checks.cases import DEVICE, Call, Case, Exercise
 from autograder.inputs import META, Draw, dims, on_the_meta_device
 
 NOTEBOOK = "05_self_attention"
@@ -98,7 +98,7 @@ def _causal_case(T, hidden=False):
 
 
 def _causal_device_case(T, hidden=False):
-    return Case(f"T={T}, device='meta': the mask on the device asked for", lambda: Call((T,), {"device": META}), part="device",
+    return Case(f"T={T}, device='meta': the mask on the device asked for", lambda: Call((T,), {"device": META}), part=DEVICE,
                 hidden=hidden, grad=False)
 
 

@@ -6,7 +6,7 @@ The top room of autograder.checks: `check` in a notebook (autograder.api), the g
 """
 from __future__ import annotations
 
-from autograder.checks.cases import DEFAULT_TIMEOUT_S, CaseResult, CheckTimeout, Report, WeightMismatch, raised
+from autograder.checks.cases import DEFAULT_TIMEOUT_S, DEVICE, CaseResult, CheckTimeout, Report, WeightMismatch, raised
 from autograder.checks.catalogue import diagnose, quotes_unwritten
 from autograder.checks.comparing import compare_outcomes, describe_error, describe_inputs, first_differences, same_outputs
 from autograder.checks.labels import by_rank, only_on
@@ -47,7 +47,7 @@ def check_case(exercise, impl, case, timeout=DEFAULT_TIMEOUT_S, got=None):
 
 def _on_meta(case, error):
     """What a device case's error means, where it is one: code that reads its inputs' values, or mixes devices."""
-    if case.part != "device" or "meta" not in str(error):
+    if case.part != DEVICE or "meta" not in str(error):
         return ""
     return (" (this case's inputs are on PyTorch's meta device, which has shapes but no values: code that mixes a tensor "
             "made without device= with them raises, and so does code that reads a value, .item() or a Python loop over a "
