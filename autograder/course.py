@@ -35,10 +35,10 @@ CACHE = "AUTOGRADER_CACHE"
 
 
 def cache_dir(root):
-    """Where grading keeps what it builds from the course's code (the sandbox's views, gradebook templates), each
-    under a name that says all it depends on: root/.autograder, or the folder $AUTOGRADER_CACHE names, which courses
-    graded from copies of the same code then share. That folder must be this user's alone: every sandbox mounts
-    what is kept there."""
+    """Where what is built from the course's code is kept (each notebook's checks computed in advance, the sandbox's
+    views, gradebook templates), each under a name that says all it depends on: root/.autograder, or the folder
+    $AUTOGRADER_CACHE names, which copies of the same code then share. That folder must be this user's alone: every
+    sandbox mounts what is kept there."""
     named = os.environ.get(CACHE)
     if not named:
         return Path(root) / ".autograder"

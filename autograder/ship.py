@@ -9,8 +9,10 @@ from __future__ import annotations
 import ast
 import inspect
 import io
+import os
 import pickletools
 import shutil
+import tempfile
 import textwrap
 import warnings
 import zipfile
@@ -22,6 +24,7 @@ import torch
 from autograder.checks import catalogue, comparing, edits, relations, running, travel, variants
 from autograder.checks.cases import Outcome
 from autograder import registry
+from autograder.course import cache_dir, digest
 from autograder.mutants import source_of
 from autograder.reference_data import FORMAT
 
@@ -185,15 +188,42 @@ def leaks(folder):
 # ---------------------------------------------------------------- writing it
 
 
-def write_data(dest, name):
-    """autograder/data/NAME.pt of the distribution in `dest`: the checks of notebook `name`, computed in advance."""
+def fingerprint(root, name):
+    """Changes whenever anything a notebook's grading depends on does: its source, the course's code, torch."""
+    root = Path(root)
+    files = [root / "solutions" / name / f"{name}.ipynb", root / "nbgrader_config.py"]
+    files += [p for package in ("autograder", "solutions_lib", "course_lib") for p in (root / package).rglob("*.py")]
+    files += sorted((root / "course_lib" / "data").glob("*"))
+    return digest(files)[:12] + "-" + torch.__version__.replace("+", "_")
+
+
+def notebook_data(root, name):
+    """The file of notebook `name`'s checks computed in advance, by the code of `root` (the code this process
+    runs): computed once per version of that code (`fingerprint`) and kept in autograder.course.cache_dir."""
+    path = cache_dir(root) / "data" / f"{name}-{fingerprint(root, name)}.pt"
+    if path.is_file():
+        return path
     with warnings.catch_warnings():  # some catalogued mistakes warn on purpose
         warnings.simplefilter("ignore")
         data = {"format": FORMAT, "exercises": [exercise_data(ex) for ex in registry.for_notebook(name)]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=path.parent)
+    with os.fdopen(fd, "wb") as f:
+        torch.save(data, f)
+    os.replace(tmp, path)  # atomic: a process computing it at the same time writes the same
+    for old in path.parent.glob(f"{name}-*.pt"):
+        if old != path:
+            old.unlink(missing_ok=True)
+    return path
+
+
+def write_data(dest, name, root):
+    """autograder/data/NAME.pt of the distribution in `dest`: the checks of notebook `name`, computed in advance
+    (`notebook_data`). Returns what it holds."""
     path = Path(dest) / "autograder" / "data" / f"{name}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(data, path)
-    return data
+    shutil.copyfile(notebook_data(root, name), path)
+    return torch.load(path, weights_only=False)
 
 
 def write_package(root, dest, without=()):

@@ -37,8 +37,8 @@ SHARES_GRADED_COURSE = {"test_demo.py", "test_grading.py", "test_site.py"}
 
 def pytest_configure(config):
     if not os.environ.get("PYTEST_XDIST_WORKER") and CACHE not in os.environ:
-        # what grading builds from the course's code (each notebook's sandbox view, gradebook templates), built once
-        # per run and shared by every course the tests grade from a copy of the same code, on both workers
+        # what is built from the course's code (each notebook's checks computed in advance, its sandbox view,
+        # gradebook templates), built once per run and shared by both workers and every copy of the same code
         os.environ[CACHE] = config._course_cache = tempfile.mkdtemp(prefix="seqcourse-cache-")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # two workers on two cores: a thread each, and in what they start (grading kernels too),

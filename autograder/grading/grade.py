@@ -34,10 +34,11 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from autograder.grading import gradebook, ids, intake, limits, nbgrader_jobs, sandbox, views
+from autograder.grading import gradebook, ids, intake, limits, nbgrader_jobs, sandbox
 from autograder.grading.pages import policy
 from autograder.course import CourseError, assignments, cache_dir, digest, find_root, sqlite_url, tool_env
 from autograder.nbgrader_api import api_for, generate_assignments
+from autograder import ship
 
 STATE = ".autograder"
 
@@ -122,7 +123,7 @@ class Grader:
     # ---------------------------------------------------------------- bookkeeping
     def fingerprint(self, name):
         """What an assignment's grades depend on besides the submission: its source, the course's code and config."""
-        return views.fingerprint(self.root, name)
+        return ship.fingerprint(self.root, name)
 
     def own_gradebook(self, student, name):
         return self.state / "gradebooks" / student / f"{name}.db"

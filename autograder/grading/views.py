@@ -4,7 +4,8 @@
 for notebook `name` (the check machinery, its public precomputed data,
 `course_lib`), less every building block of course_lib that implements one of
 that notebook's own exercises. It is built once per version of the
-course's code and kept in ROOT/.autograder/views/ (or $AUTOGRADER_CACHE/views/: autograder.course.cache_dir).
+course's code (autograder.ship.fingerprint) and kept in ROOT/.autograder/views/ (or $AUTOGRADER_CACHE/views/:
+autograder.course.cache_dir).
 """
 from __future__ import annotations
 
@@ -13,26 +14,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import torch
-
 from autograder import registry, ship
-from autograder.course import cache_dir, digest
-
-
-
-def fingerprint(root, name):
-    """Changes whenever anything a notebook's grading depends on does: its source, the course's code, torch."""
-    root = Path(root)
-    files = [root / "solutions" / name / f"{name}.ipynb", root / "nbgrader_config.py"]
-    files += [p for package in ("autograder", "solutions_lib", "course_lib") for p in (root / package).rglob("*.py")]
-    files += sorted((root / "course_lib" / "data").glob("*"))
-    return digest(files)[:12] + "-" + torch.__version__.replace("+", "_")
+from autograder.course import cache_dir
 
 
 def view(root, name):
     """The folder the sandbox mounts as /course when it grades notebook `name` (built if needed)."""
     root = Path(root)
-    dest = cache_dir(root) / "views" / f"{name}-{fingerprint(root, name)}"
+    dest = cache_dir(root) / "views" / f"{name}-{ship.fingerprint(root, name)}"
     if dest.is_dir():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -55,7 +44,7 @@ def view(root, name):
 def build(root, name, dest):
     """Write the student side of notebook `name` into `dest` (an empty folder)."""
     ship.write_package(root, Path(dest), without={ex.name for ex in registry.for_notebook(name)})
-    ship.write_data(dest, name)
+    ship.write_data(dest, name, root)
     found = ship.leaks(dest)
     if found:
         raise ship.ShipError("the grading sandbox would contain reference code:\n" + "\n".join(f"  {p}: {w}" for p, w in found))

@@ -70,7 +70,7 @@ def build(root, dest, names=None, force=False, echo=print):
         for name in names:
             start = time.perf_counter()
             try:
-                data = write_data(dest, name)
+                data = write_data(dest, name, root)
             except ShipError as e:
                 echo(f"  left out {name}: {e}")
                 continue

@@ -139,12 +139,16 @@ def test_transformer_stand_in_has_the_course_interface():
 
 @pytest.mark.parametrize("notebook", ASSIGNMENTS)
 def test_precomputed_checks_agree_with_the_repository(notebook):
-    """Stored, the reference passes and each catalogued mistake fails on the same cases,
-    with the same reason and diagnosis, as in the repository's check on the public cases."""
-    for ex in registry.for_notebook(notebook):
+    """Stored (as the distribution and the grading sandbox ship them: autograder.ship.notebook_data), the reference
+    passes and each catalogued mistake fails on the same cases, with the same reason and diagnosis, as in the
+    repository's check on the public cases."""
+    data = torch.load(ship.notebook_data(ROOT, notebook), weights_only=False)
+    exercises = registry.for_notebook(notebook)
+    assert [entry["name"] for entry in data["exercises"]] == [ex.name for ex in exercises]
+    for ex, entry in zip(exercises, data["exercises"]):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            stored = exercise_from(ship.exercise_data(ex))
+            stored = exercise_from(entry)
             assert check_exercise(stored, ex.reference).fraction == 1.0, ex.name
             for m in ex.mistakes:
                 here, there = check_exercise(ex, m.impl), check_exercise(stored, m.impl)
