@@ -26,13 +26,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[grading,lab,dev,browser,site,tests,hub]"
 	touch $(STAMP)
 
-# Two workers, each file's tests on one (tests/conftest.py); then, alone, the tests that train for a
-# budget of seconds (marker solo), which a busy machine would shortchange.
+# Two workers, each file's tests on one, the longest files first (tests/conftest.py).
 XDIST  := -n 2 --no-loadscope-reorder
 
 test: $(STAMP)
-	$(BIN)/python -m pytest $(XDIST) -m "not solo" --durations=15
-	$(BIN)/python -m pytest -m solo --durations=3
+	$(BIN)/python -m pytest $(XDIST) --durations=15
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest $(XDIST) -m "not slow"
