@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -49,6 +50,17 @@ def cache_dir(root):
         raise CourseError(f"{CACHE}={named} is not this user's alone (it must be owned by you and writable by no one "
                           "else): every grading sandbox mounts what is kept there")
     return folder
+
+
+def drop_older(kept, pattern):
+    """Remove what `pattern` finds beside `kept` (the other versions of something kept in cache_dir), but only in a
+    course's own root/.autograder: a cache that $AUTOGRADER_CACHE names is shared, and copies of other code may be
+    reading theirs."""
+    if os.environ.get(CACHE):
+        return
+    for old in Path(kept).parent.glob(pattern):
+        if old != Path(kept):
+            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
 
 
 def tool_env():

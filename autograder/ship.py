@@ -24,7 +24,7 @@ import torch
 from autograder.checks import catalogue, comparing, edits, relations, running, travel, variants
 from autograder.checks.cases import Outcome
 from autograder import registry
-from autograder.course import cache_dir, digest
+from autograder.course import cache_dir, digest, drop_older
 from autograder.mutants import source_of
 from autograder.reference_data import FORMAT
 
@@ -211,9 +211,7 @@ def notebook_data(root, name):
     with os.fdopen(fd, "wb") as f:
         torch.save(data, f)
     os.replace(tmp, path)  # atomic: a process computing it at the same time writes the same
-    for old in path.parent.glob(f"{name}-*.pt"):
-        if old != path:
-            old.unlink(missing_ok=True)
+    drop_older(path, f"{name}-*.pt")
     return path
 
 

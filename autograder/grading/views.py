@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from autograder import registry, ship
-from autograder.course import cache_dir
+from autograder.course import cache_dir, drop_older
 
 
 def view(root, name):
@@ -35,9 +35,7 @@ def view(root, name):
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    for old in dest.parent.glob(f"{name}-*"):
-        if old != dest:
-            shutil.rmtree(old, ignore_errors=True)
+    drop_older(dest, f"{name}-*")
     return dest
 
 

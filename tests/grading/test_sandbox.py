@@ -14,7 +14,7 @@ import pytest
 from autograder import registry
 from autograder.grading import nbgrader_jobs, limits, sandbox, verdict, views
 from autograder import ship
-from autograder.course import CACHE, CourseError
+from autograder.course import CACHE, CourseError, drop_older
 from autograder.grading.grade import Grader, read_problems
 from conftest import ROOT
 
@@ -153,6 +153,26 @@ def test_courses_share_views_only_through_a_cache_that_is_the_grader_s_alone(tmp
     with pytest.raises(CourseError, match="AUTOGRADER_CACHE=.* is not this user's alone"):
         views.view(ROOT, NAME)
     assert list(open_to_all.iterdir()) == []
+
+
+def test_a_course_s_own_cache_keeps_one_version_and_a_shared_one_every_version(tmp_path, monkeypatch):
+    """Another version of a view or of a notebook's data is removed from a course's own .autograder when a new one
+    is built there, and kept in a shared cache, where a copy of that other code may be grading with it."""
+    def versions(folder):
+        (folder / "views" / "05-old").mkdir(parents=True)
+        (folder / "views" / "05-new").mkdir()
+        (folder / "views" / "06-old").mkdir()
+        (folder / "data").mkdir()
+        for name in ("05-old.pt", "05-new.pt", "06-old.pt"):
+            (folder / "data" / name).write_bytes(b"")
+        drop_older(folder / "views" / "05-new", "05-*")
+        drop_older(folder / "data" / "05-new.pt", "05-*.pt")
+        return sorted(str(p.relative_to(folder)) for p in folder.glob("*/*"))
+
+    monkeypatch.delenv(CACHE, raising=False)
+    assert versions(tmp_path / "own") == ["data/05-new.pt", "data/06-old.pt", "views/05-new", "views/06-old"]
+    monkeypatch.setenv(CACHE, str(tmp_path / "shared"))
+    assert len(versions(tmp_path / "shared")) == 6
 
 
 def test_grading_stops_before_anything_where_the_sandbox_cannot_start(tmp_path, monkeypatch):
