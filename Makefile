@@ -26,9 +26,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[grading,lab,dev,browser,site,tests,hub]"
 	touch $(STAMP)
 
-# Three workers on two cores, each file's tests on one, the longest files first (tests/conftest.py): while one
-# waits (a browser, a hub, a sleeping submission), the other two compute.
-XDIST  := -n 3 --no-loadscope-reorder
+# Two workers, each file's tests on one, the longest files first (tests/conftest.py).
+XDIST  := -n 2 --no-loadscope-reorder
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(XDIST) --durations=15

@@ -29,7 +29,7 @@ def exercises():
     return [ex for ex in registry.all_exercises() if ex.notebook in ASSIGNMENTS]
 
 
-# `make test` runs on three workers (pytest-xdist). A file's tests stay on one worker, so that its
+# `make test` runs on two workers (pytest-xdist). A file's tests stay on one worker, so that its
 # module fixtures are built once, and the files that read graded_course share one, so that every
 # notebook is graded once per run.
 SHARES_GRADED_COURSE = {"test_demo.py", "test_grading.py", "test_site.py"}
@@ -48,8 +48,8 @@ def pytest_configure(config):
         # gradebook templates), built once per run and shared by both workers and every copy of the same code
         os.environ[CACHE] = config._course_cache = tempfile.mkdtemp(prefix="seqcourse-cache-")
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        # workers on two cores: a thread each, and in what they start (grading kernels too),
-        # or the workers' thread pools spin against each other
+        # two workers on two cores: a thread each, and in what they start (grading kernels too),
+        # or the two workers' thread pools spin against each other
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
