@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
+import itertools
 import os
 import socket
 import struct
@@ -136,10 +138,23 @@ def in_place(replacements):
             setattr(module, name, obj)
 
 
+@functools.lru_cache(maxsize=256)
+def _cached_signature(fn):
+    return inspect.signature(fn)
+
+
+def _signature(fn):
+    """inspect.signature, kept: replay asks it of the same few functions tens of thousands of times (notebook 09)."""
+    try:
+        return _cached_signature(fn)
+    except TypeError:  # unhashable
+        return inspect.signature(fn)
+
+
 def _bound(fn, args, kwargs, skip_self=False):
     """The arguments of a call by parameter name, defaults included (None when they do not fit)."""
     try:
-        sig = inspect.signature(fn)
+        sig = _signature(fn)
         bound = sig.bind(*((None,) if skip_self else ()), *args, **kwargs)
     except (TypeError, ValueError):
         return None
@@ -373,7 +388,7 @@ class Oracle:
             if key not in self._index:
                 self._index[key] = [rec for rec in calls() if rec.dep == dep and rec.op == op]
             candidates, start = self._index[key], self._next.get(key, 0)  # code like the reference's asks in its order
-            for i in list(range(start, len(candidates))) + list(range(start)):
+            for i in itertools.chain(range(start, len(candidates)), range(start)):
                 rec = candidates[i]
                 if not self._matches(rec, r):
                     continue

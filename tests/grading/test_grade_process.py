@@ -111,7 +111,9 @@ def test_a_submission_past_its_deadline_is_stopped_and_the_class_graded(tmp_path
             return 45
 
     grader = Impatient(tmp_path, root=ROOT, log=lambda *a: None)
-    graded, skipped, failed = grader.run(jobs=1, progress=False)
+    # two workers: bb_honest is graded while aa_hangs waits out the deadline, and cc_honest, the rest of
+    # aa_hangs' share, goes to the worker started in its place
+    graded, skipped, failed = grader.run(jobs=2, progress=False)
     assert failed == [("aa_hangs", NAME)] and sorted(graded) == [("bb_honest", NAME), ("cc_honest", NAME)]
     scores = {g["student_id"]: float(g["score"]) for g in read_grades(tmp_path)}
     assert scores == {"aa_hangs": 0, "bb_honest": FULL, "cc_honest": FULL}
