@@ -83,37 +83,46 @@ class _Tags(HTMLParser):
     def handle_starttag(self, tag, attrs):
         attrs = {name: value or "" for name, value in attrs}
         if self.wanted(tag, attrs):
-            self.found.append((self.getpos(), self.get_starttag_text(), attrs))
+            self.found.append((self.getpos(), self.get_starttag_text(), tag, attrs))
 
 
-def replace_tags(html, wanted, replacement):
-    """The page with each start tag that `wanted(tag, attrs)` picks replaced by `replacement(attrs)`."""
-    parser = _Tags(wanted)
+def replace_tags(html, *rules):
+    """The page with each start tag that a rule (wanted(tag, attrs), replacement(attrs)) picks replaced by its
+    replacement, the first rule that picks it; in one reading of the page, however many rules."""
+    parser = _Tags(lambda tag, attrs: any(wanted(tag, attrs) for wanted, _ in rules))
     parser.feed(html)
     parser.close()
     starts = [0, *(m.end() for m in re.finditer(r"\n", html))]
-    for (line, column), text, attrs in reversed(parser.found):
+    for (line, column), text, tag, attrs in reversed(parser.found):
         at = starts[line - 1] + column
+        replacement = next(replace for wanted, replace in rules if wanted(tag, attrs))
         html = html[:at] + replacement(attrs) + html[at + len(text):]
     return html
 
 
+# a <meta http-equiv>: a refresh (which no policy governs) would take its reader elsewhere
+HTTP_EQUIV = (lambda tag, attrs: tag == "meta" and "http-equiv" in attrs, lambda attrs: "")
+# a picture the page would fetch from elsewhere (the lessons' Colab badge), shown as its alt text: the feedback
+# policy would block it, with a broken picture and a complaint in the console
+FETCHED_PICTURE = (lambda tag, attrs: tag == "img" and not attrs.get("src", "").strip().lower().startswith("data:"),
+                   lambda attrs: html_lib.escape(attrs.get("alt", "")))
+
+
 def without_http_equiv(html):
-    """The page without any <meta http-equiv>: a refresh (which no policy governs) would take its reader elsewhere."""
-    return replace_tags(html, lambda tag, attrs: tag == "meta" and "http-equiv" in attrs, lambda attrs: "")
+    """The page without any <meta http-equiv>."""
+    return replace_tags(html, HTTP_EQUIV)
 
 
 def embedded_pictures_only(html):
-    """The page with each picture it would fetch from elsewhere (the lessons' Colab badge) shown as its alt text: the
-    feedback policy would block it, with a broken picture and a complaint in the console."""
-    return replace_tags(html, lambda tag, attrs: tag == "img" and not attrs.get("src", "").strip().lower().startswith("data:"),
-                        lambda attrs: html_lib.escape(attrs.get("alt", "")))
+    """The page with each picture it would fetch from elsewhere shown as its alt text."""
+    return replace_tags(html, FETCHED_PICTURE)
 
 
-def with_policy(html, policy=FEEDBACK_POLICY):
+def with_policy(html, policy=FEEDBACK_POLICY, *rules):
     """A page with the policy as the first thing in its head, before anything it could govern, and as its only
-    http-equiv: a refresh, a cookie or a second policy is removed wherever it is."""
-    html = without_http_equiv(html)
+    http-equiv: a refresh, a cookie or a second policy is removed wherever it is. `rules`: more tags to replace
+    in the same reading of the page (replace_tags)."""
+    html = replace_tags(html, HTTP_EQUIV, *rules)
     meta = f'<meta http-equiv="Content-Security-Policy" content="{policy}">'
     head = re.search(r"<head[^>]*>", html, re.I)
     return html[:head.end()] + "\n" + meta + html[head.end():] if head else meta + html
@@ -132,7 +141,7 @@ def guard_feedback():
             self.preprocessors = [*self.preprocessors, escaping.FeedbackText]
 
     def guarded_write(self, output, resources):
-        return write(self, with_policy(embedded_pictures_only(escaping.with_comments(output, resources))), resources)
+        return write(self, with_policy(escaping.with_comments(output, resources), FEEDBACK_POLICY, FETCHED_PICTURE), resources)
 
     GenerateFeedback.__init__, GenerateFeedback.write_single_notebook = guarded_init, guarded_write
     GenerateFeedback._csp_guarded = True
