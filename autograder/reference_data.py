@@ -5,11 +5,12 @@ built by autograder.release.student_dist) ships neither the reference implementa
 nor the assignment modules with their mistake catalogs and hidden cases. For
 each notebook it ships instead autograder/data/NN_name.pt, a dict
 
-    {"format": 5, "exercises": [exercise, ...]}
+    {"format": 6, "exercises": [exercise, ...]}
 
 where an exercise holds the Exercise's fields (name, points, parts, kind,
 returns, depends_on, train_mode, state_after, notebook), its catalogued
-mistakes as (name, sentence) pairs, and its public cases, each with
+mistakes as (name, sentence, the attributes the sentence quotes of its edit: autograder.checks.catalogue.quoted),
+and its public cases, each with
 
     label, part, grad
     raises     the exception class the text requires on these inputs, or None
@@ -39,7 +40,7 @@ from autograder.checks import travel
 from autograder.checks.cases import Case, Exercise, Mistake
 
 DATA = Path(__file__).resolve().parent / "data"
-FORMAT = 5
+FORMAT = 6
 
 
 def load_call(blob):
@@ -57,7 +58,7 @@ def exercise_from(data):
     ]
     return Exercise(
         data["name"], None, data["points"], functools.partial(list, cases),
-        mistakes=[Mistake(name, says, None) for name, says in data["mistakes"]],
+        mistakes=[Mistake(name, says, None, quotes=tuple(quotes)) for name, says, quotes in data["mistakes"]],
         parts=data["parts"], kind=data["kind"], depends_on=tuple(data["depends_on"]), returns=tuple(data["returns"]),
         train_mode=data["train_mode"], state_after=data["state_after"], notebook=data["notebook"],
     )

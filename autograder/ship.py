@@ -69,7 +69,8 @@ def exercise_data(ex):
     return {
         "name": ex.name, "notebook": ex.notebook, "points": ex.points, "parts": ex.parts, "kind": ex.kind,
         "returns": tuple(ex.returns), "depends_on": tuple(ex.depends_on), "train_mode": ex.train_mode,
-        "state_after": ex.state_after, "mistakes": [(m.name, m.says) for m in ex.mistakes], "cases": cases,
+        "state_after": ex.state_after, "mistakes": [(m.name, m.says, catalogue.quoted(m)) for m in ex.mistakes],
+        "cases": cases,
     }
 
 

@@ -70,6 +70,7 @@ class Mistake:
     says: str
     impl: Callable
     edit: object = None
+    quotes: tuple = ()  # where there is no edit: what its sentence quotes of it (autograder.checks.catalogue.quoted)
 
 
 @dataclass

@@ -37,19 +37,27 @@ def diagnose(exercise, failed):
     return best
 
 
+def quoted(mistake):
+    """The attributes the mistake's edit writes that its sentence quotes (".T" of "k.T reverses every axis", the edit
+    writing keys.T): what a learner's code must show for the sentence to be about it. Worked out from the edit, or
+    shipped with the sentence where the edit is not (the student distribution: autograder.ship)."""
+    if getattr(mistake, "edit", None) is None:
+        return tuple(mistake.quotes)
+    added = set()
+    for old, new, _ in mistake.edit.steps:
+        added |= set(re.findall(r"\.\w+\b", new)) - set(re.findall(r"\.\w+\b", old))
+    return tuple(sorted(a for a in added if re.search(re.escape(a) + r"\b", mistake.says)))
+
+
 def quotes_unwritten(mistake, impl, source=None):
-    """Whether the mistake's sentence quotes an attribute its edit writes ("k.T reverses every axis", the edit
-    writing keys.T) that the learner's own source shows is not there (q @ k.transpose(1, 2)): then the sentence
-    names a construct the learner did not write. The source is `source` (the grader reads it from the
-    submission) or `impl`'s; where neither is at hand, the sentence stands."""
-    if getattr(mistake, "edit", None) is None or (impl is None and source is None):
+    """Whether the mistake's sentence quotes an attribute (`quoted`) that the learner's own source shows is not there
+    (q @ k.transpose(1, 2)): then the sentence names a construct the learner did not write. The source is `source`
+    (the grader reads it from the submission) or `impl`'s; where neither is at hand, the sentence stands."""
+    attributes = quoted(mistake)
+    if not attributes or (impl is None and source is None):
         return False
     try:
         source = source or getattr(impl, "__mutant_source__", None) or inspect.getsource(impl)
     except (OSError, TypeError):
         return False
-    added = set()
-    for old, new, _ in mistake.edit.steps:
-        added |= set(re.findall(r"\.\w+\b", new)) - set(re.findall(r"\.\w+\b", old))
-    quoted = [a for a in added if re.search(re.escape(a) + r"\b", mistake.says)]
-    return any(not re.search(re.escape(a) + r"\b", source) for a in quoted)
+    return any(not re.search(re.escape(a) + r"\b", source) for a in attributes)

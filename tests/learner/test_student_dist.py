@@ -396,6 +396,35 @@ print(json.dumps(said))
         assert "Likely mistake" not in said[name], name
 
 
+@pytest.mark.slow
+def test_a_catalogue_sentence_quoting_code_the_learner_did_not_write_gives_way_in_the_distribution_too(dist):
+    """The catalogue's "k.T reverses every axis" is said to a learner who wrote k.T, and not to one who wrote
+    k.transpose(1, 2) (fine on (B, T, d), wrong with a head axis): the distribution has no edit to read what the
+    sentence quotes, so it ships that with the sentence (autograder.checks.catalogue.quoted)."""
+    out = in_dist(dist, """
+import contextlib, io, json, linecache, math
+from autograder import CheckFailed, check
+
+said = {}
+for body in ("q @ k.T", "q @ k.transpose(1, 2)"):
+    source = f"def attention_scores(q, k):\\n    return {body} / math.sqrt(q.size(-1))\\n"
+    namespace, cell = {"math": math}, f"<learner's {body}>"
+    linecache.cache[cell] = (len(source), None, source.splitlines(True), cell)
+    exec(compile(source, cell, "exec"), namespace)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            check("attention_scores", namespace["attention_scores"])
+    except CheckFailed as e:
+        said[body] = " ".join(e.lines)
+print(json.dumps(said))
+""")
+    said = __import__("json").loads(out.splitlines()[-1])
+    k_dot_T = next(m for m in registry.get("attention_scores").mistakes if m.name == "k_dot_T")
+    assert k_dot_T.says in said["q @ k.T"]
+    assert "reverses every axis" not in said["q @ k.transpose(1, 2)"]
+    assert "Your code is right on every case whose inputs have 3 axes and wrong on every case with 4" in said["q @ k.transpose(1, 2)"]
+
+
 # (exercise, the reference's code, the learner's, words of the sentence): mistakes the edits of the reference's own
 # source name (autograder.checks.edits); the distribution reads those edits' outcomes, precomputed (autograder.ship)
 EDITED_MISTAKES = [
