@@ -101,6 +101,15 @@ def course_dir_for(path):
     raise CourseError(f"{path} has no submitted/ folder (expected submitted/<student>/<assignment>/<notebook>.ipynb)")
 
 
+def split(todo, jobs):
+    """The submissions each of `jobs` workers grades, in turn: dealt out notebook by notebook, so that each worker
+    gets its share of every notebook. Dealt student by student, where each student handed in a multiple of `jobs`
+    notebooks, a worker would get the same notebooks of every student (of two workers, one all of 08 and 10, the
+    longest to grade)."""
+    dealt = sorted(todo, key=lambda key: (key[1], key[0]))
+    return [dealt[i::jobs] for i in range(min(jobs, len(dealt)))]
+
+
 class Grader:
     """`sandboxed=False` grades without the sandbox (autograder.grading.sandbox), for trusted work only:
     every submission it grades says so in grading_problems.csv. `shard` (autograder.grading.shard.Shard)
@@ -323,7 +332,7 @@ class Grader:
             db = self.own_gradebook(student, name)
             db.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(templates[name], db)  # a fresh gradebook: a half-graded one is never reused
-        shares = [todo[i::jobs] for i in range(min(jobs, len(todo)))]
+        shares = split(todo, jobs)
         events, workers, limit = queue.Queue(), {}, self.deadline()
 
         def start(i, share):

@@ -172,3 +172,19 @@ def test_a_result_line_is_what_a_worker_sends_or_nothing():
             parse(bad, "t")
     with pytest.raises(Malformed):
         parse(json.dumps(good).encode() + b"\n", "another job's")
+
+
+def test_each_worker_gets_its_share_of_every_notebook():
+    # ten notebooks a student and two workers: dealt student by student, one worker would get every student's 02, 04,
+    # ..., 10 (08 and 10 the longest to grade), the other every 01, 03, ..., 09
+    from autograder.grading.grade import split
+
+    notebooks = [f"{n:02d}_notebook" for n in range(1, 11)]
+    todo = [(student, name) for student in ("ada", "ben", "cy", "dee") for name in notebooks]
+    for jobs in (1, 2, 3, 4):
+        shares = split(todo, jobs)
+        assert sorted(key for share in shares for key in share) == sorted(todo)
+        for name in notebooks:
+            counts = [sum(key[1] == name for key in share) for share in shares]
+            assert max(counts) - min(counts) <= 1, (jobs, name, counts)
+    assert split(todo[:1], 4) == [todo[:1]]
