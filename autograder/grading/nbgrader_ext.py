@@ -36,7 +36,7 @@ class SandboxedExecute(Execute):
         self.limits = Limits(parent=self)
         self.store_widget_state = False
         # once the last cell has run, nothing the kernel does can count: it is killed with its sandbox, not asked
-        # to exit (a graceful exit tears down torch and matplotlib, about 0.6 s of CPU per submission)
+        # to exit (a graceful exit tears down torch and matplotlib, about 0.7 s of CPU per submission)
         self.shutdown_kernel = "immediate"
         root = Path(self.root) if self.root else find_root()
         name = resources["nbgrader"]["notebook"]

@@ -6,14 +6,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
 
 from autograder import registry
-from autograder.grading.grade import Grader, read_grades, read_problems
+from autograder.grading.grade import Grader, read_grades, read_problems, split
 from autograder.release import fill_submission
 from conftest import ROOT
 
@@ -177,8 +176,6 @@ def test_a_result_line_is_what_a_worker_sends_or_nothing():
 def test_each_worker_gets_its_share_of_every_notebook():
     # ten notebooks a student and two workers: dealt student by student, one worker would get every student's 02, 04,
     # ..., 10 (08 and 10 the longest to grade), the other every 01, 03, ..., 09
-    from autograder.grading.grade import split
-
     notebooks = [f"{n:02d}_notebook" for n in range(1, 11)]
     todo = [(student, name) for student in ("ada", "ben", "cy", "dee") for name in notebooks]
     for jobs in (1, 2, 3, 4):

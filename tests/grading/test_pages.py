@@ -213,7 +213,7 @@ def test_the_feedback_policy_allows_embedded_pictures_only_and_the_page_holds_no
     assert img_src == ["data:"]
     embedded = '<img src="data:image/png;base64,AA==">'
     page = f'<a href="https://colab.example"><IMG alt="Open in &quot;Colab&quot;" src=https://colab.example/badge.svg></a>{embedded}'
-    assert policy.embedded_pictures_only(page) == f'<a href="https://colab.example">Open in &quot;Colab&quot;</a>{embedded}'
+    assert policy.replace_tags(page, policy.FETCHED_PICTURE) == f'<a href="https://colab.example">Open in &quot;Colab&quot;</a>{embedded}'
 
 
 def test_nbgrader_alone_would_render_the_comment_as_html():

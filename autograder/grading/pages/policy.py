@@ -108,21 +108,11 @@ FETCHED_PICTURE = (lambda tag, attrs: tag == "img" and not attrs.get("src", "").
                    lambda attrs: html_lib.escape(attrs.get("alt", "")))
 
 
-def without_http_equiv(html):
-    """The page without any <meta http-equiv>."""
-    return replace_tags(html, HTTP_EQUIV)
-
-
-def embedded_pictures_only(html):
-    """The page with each picture it would fetch from elsewhere shown as its alt text."""
-    return replace_tags(html, FETCHED_PICTURE)
-
-
-def with_policy(html, policy=FEEDBACK_POLICY, *rules):
+def with_policy(html, policy=FEEDBACK_POLICY, also=()):
     """A page with the policy as the first thing in its head, before anything it could govern, and as its only
-    http-equiv: a refresh, a cookie or a second policy is removed wherever it is. `rules`: more tags to replace
-    in the same reading of the page (replace_tags)."""
-    html = replace_tags(html, HTTP_EQUIV, *rules)
+    http-equiv: a refresh, a cookie or a second policy is removed wherever it is. `also`: more rules of
+    replace_tags, applied in the same reading of the page."""
+    html = replace_tags(html, HTTP_EQUIV, *also)
     meta = f'<meta http-equiv="Content-Security-Policy" content="{policy}">'
     head = re.search(r"<head[^>]*>", html, re.I)
     return html[:head.end()] + "\n" + meta + html[head.end():] if head else meta + html
@@ -141,7 +131,7 @@ def guard_feedback():
             self.preprocessors = [*self.preprocessors, escaping.FeedbackText]
 
     def guarded_write(self, output, resources):
-        return write(self, with_policy(escaping.with_comments(output, resources), FEEDBACK_POLICY, FETCHED_PICTURE), resources)
+        return write(self, with_policy(escaping.with_comments(output, resources), also=[FETCHED_PICTURE]), resources)
 
     GenerateFeedback.__init__, GenerateFeedback.write_single_notebook = guarded_init, guarded_write
     GenerateFeedback._csp_guarded = True
