@@ -38,7 +38,8 @@ c.Limits.notebook_seconds = limit("notebook_seconds", 300)
 c.Limits.check_seconds = limit("check_seconds", 60)
 # Each process in the sandbox; its only writable storage is scratch_mb of memory.
 c.Limits.memory_mb = limit("memory_mb", 8192)
-# The whole sandbox, its processes and its in-memory storage together (a memory cgroup; as root). With
+# The whole sandbox, its processes and its in-memory storage together (a memory cgroup of its own, as root or as an
+# account a cgroup is delegated to; in a container without one, the container's limit: docs/GRADING.md). With
 # `grade --jobs J`, J sandboxes at once: J times this at most.
 c.Limits.sandbox_memory_mb = limit("sandbox_memory_mb", 2048)
 c.Limits.cpu_seconds = limit("cpu_seconds", 900)

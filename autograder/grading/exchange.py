@@ -101,8 +101,9 @@ class ReleaseAssignment(ExchangeReleaseAssignment):
 class Collect(ExchangeCollect):
     """nbgrader's collect, taking each submission's student id from the Unix account owning it and its
     time from the file system (see the module's docstring), and copying it out of the exchange with
-    `intake.copy`: nothing is followed, at most the limits are read, only the student's own files are
-    taken, and what is refused is named for `grade` and `autograde`."""
+    `intake.copy`: nothing is followed, at most the limits are read, only the student's own files of what
+    the assignment declares are taken (`intake.declared_by`: never a `.py` beside the notebook), and what is
+    refused or left out is named for `grade` and `autograde`."""
 
     student_inbounds = List(Unicode(), help="More inbound folders, each one student's (make hub's, on her own disk); "
                             "each must be the instructor's, sticky and not listable, like the course's inbound").tag(config=True)
@@ -123,6 +124,7 @@ class Collect(ExchangeCollect):
             records = [r for r in records if r["username"] == wanted]
         self.src_records = self._latest(records)
         self._records = {r["filename"]: r for r in self.src_records}
+        self._takes = intake.declared_by(self.coursedir, self.coursedir.assignment_id)
 
     def _records_in(self, path, limits, required=False):
         """The records of this assignment's submissions in the inbound folder `path`, each under its full path."""
@@ -192,9 +194,9 @@ class Collect(ExchangeCollect):
 
     def do_copy(self, src, dest, log=None):
         record = self._records[src]
-        copied = intake.copy(src, dest, Limits(parent=self), ignore=self.coursedir.ignore, owner=record["uid"])
-        if copied.reason:
-            self.log.warning("%s: %s", dest, copied.reason)
+        copied = intake.copy(src, dest, Limits(parent=self), self._takes, ignore=self.coursedir.ignore, owner=record["uid"])
+        for why in filter(None, (copied.reason, copied.left_out)):
+            self.log.warning("%s: %s", dest, why)
         changed = max(copied.changed_ns, _nanoseconds(record["timestamp"]))
         stamp = os.path.join(dest, "timestamp.txt")
         if os.path.isdir(stamp) and not os.path.islink(stamp):

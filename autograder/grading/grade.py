@@ -17,6 +17,7 @@ import contextlib
 import csv
 import dataclasses
 import difflib
+import functools
 import hashlib
 import html
 import json
@@ -127,6 +128,7 @@ class Grader:
         self.limits = limits.load(self.root)
         os.environ.update(tool_env())  # nbgrader runs `alembic` from PATH when it creates a gradebook (a shard's may be empty)
         self.refused = {}  # (student, assignment): why autograder.grading.intake refused it
+        self.left_out = {}  # (student, assignment): what intake leaves out of its autograded/ (no part of the assignment)
         self.unnamed = {}  # (student, folder) as shown: why a folder under submitted/ has no name to grade under
 
     # ---------------------------------------------------------------- bookkeeping
@@ -154,7 +156,7 @@ class Grader:
         changing with the submitted files, the assignment's source and the course's code; and the
         folders under submitted/ that are no assignment. A student folder whose name is no student id
         (autograder.grading.ids) is graded under no name: it goes to `self.unnamed` with the reason."""
-        found, strays, fingerprints = {}, {}, {}
+        found, strays, fingerprints, takes = {}, {}, {}, {}
         for student_dir in sorted((self.course / "submitted").iterdir()):
             if student_dir.name.startswith(".") or not student_dir.is_dir():
                 continue
@@ -175,15 +177,18 @@ class Grader:
                     strays[key] = f"submitted as {intake.shown(name)}, which is no assignment" + hint
                     continue
                 if name not in fingerprints:
-                    fingerprints[name] = self.fingerprint(name)
+                    fingerprints[name], takes[name] = self.fingerprint(name), intake.declared_by(self.coursedir, name)
                 try:
                     refused = intake.problem(a_dir, self.limits)
                     files = _digest(refused, a_dir) if refused else digest(_files(a_dir))
+                    left = "" if refused else intake.left_out(a_dir, takes[name], self.limits, self.coursedir.ignore)
                 except Exception as e:  # noqa: BLE001 (reading it failed: that submission alone, never the class)
-                    refused = f"the submission could not be read ({type(e).__name__})"
+                    refused, left = f"the submission could not be read ({type(e).__name__})", ""
                     files = _digest(refused, a_dir)
                 if refused:
                     self.refused[key] = refused
+                if left:
+                    self.left_out[key] = left
                 found[key] = files + ":" + fingerprints[name]
         return found, strays
 
@@ -194,6 +199,15 @@ class Grader:
         self.log(f"submitted/{row[0]}/{row[1]}: {reason}")
 
     # ---------------------------------------------------------------- nbgrader
+    def api(self, **settings):
+        """nbgrader's API on the course as the workers see it (autograder.grading.nbgrader_jobs)."""
+        return api_for(self.root, root=str(self.course), source_directory=str(self.root / "solutions"), **settings)
+
+    @functools.cached_property
+    def coursedir(self):
+        """nbgrader's CourseDirectory of the course, as the workers see it: what an assignment declares, what it ignores."""
+        return self.api().coursedir
+
     def templates(self, names):
         """{assignment: a gradebook holding just that assignment}, copied for each submission. They live beside the
         sandbox's views, under the course code's .autograder/ (cache_dir), keyed by all they depend on: every course
@@ -293,6 +307,8 @@ class Grader:
             problem = self.precheck(*key)
             problems.pop("/".join(key), None)
             notes.pop("/".join(key), None)
+            if key in self.left_out:  # graded without what it left out: the instructor should know
+                notes["/".join(key)] = self.left_out[key]
             if problem:  # nothing nbgrader could grade: 0 points, and the reason
                 todo.remove(key)
                 problems["/".join(key)] = problem
@@ -391,7 +407,7 @@ class Grader:
                     done["/".join(key)] = subs[key]
                     graded.append(key)
                     if not self.sandboxed:
-                        notes["/".join(key)] = sandbox.UNSAFE_NOTE
+                        notes["/".join(key)] = "; ".join(filter(None, (sandbox.UNSAFE_NOTE, notes.get("/".join(key)))))
                     self.save_manifest(manifest)
                     bar.update(1)
                 else:
@@ -428,7 +444,7 @@ class Grader:
         out.mkdir(parents=True, exist_ok=True)
         for stem in sorted({p.stem for p in submitted.glob("*.ipynb") if not p.is_symlink() and p.is_file()} or {folder}):
             (out / f"{stem}.html").write_text(policy.with_policy(PROBLEM_PAGE.format(assignment=html.escape(folder), reason=html.escape(reason))))
-        for extra in ("timestamp.txt", "submission_secret.txt"):  # what nbgrader's release_feedback needs
+        for extra in intake.NBGRADER_FILES:  # what nbgrader's release_feedback needs
             data = intake.read_small(submitted / extra)
             if data is not None:
                 (out / extra).write_bytes(data)
@@ -446,8 +462,7 @@ class Grader:
                 stale.append(key)
                 known["/".join(key)] = now
         if stale:
-            api = api_for(self.root, root=str(self.course), source_directory=str(self.root / "solutions"),
-                          db_url=sqlite_url(self.course / "gradebook.db"))
+            api = self.api(db_url=sqlite_url(self.course / "gradebook.db"))
             for student, name in stale:
                 result = api.generate_feedback(name, student, force=True)
                 if not result["success"]:

@@ -7,6 +7,14 @@ Limits.submission_file_mb, a folder larger than Limits.submission_folder_mb or h
 more than Limits.submission_entries entries, and the submission is refused: it gets 0
 points and its reason, and nothing of it is read.
 
+A submission is data until a sandbox runs it, so it brings in only what its assignment
+declares (`Declared`): notebooks, nbgrader's own files and the data files of the assignment's
+source and release folders, never anything Python could import. Whatever else it holds (a
+`torch.py`, an `ipykernel_launcher.py` or a `sitecustomize.py` beside the notebook, a package)
+is left out, named, of every folder of the instructor's: Collect never copies it into
+submitted/, Autograde never copies it into autograded/ (nor so into the sandbox or feedback/),
+and the notebook is graded as it would be without it.
+
 Three doors lead in, and each is guarded here:
 - `python -m autograder grade` asks `problem` first (autograder.grading.grade);
 - plain `nbgrader autograde`: `guard()`, called by nbgrader_config.py, has nbgrader's
@@ -15,7 +23,7 @@ Three doors lead in, and each is guarded here:
 - `nbgrader collect`: the course's Collect (autograder.grading.exchange) copies a student's
   submission out of the exchange with `copy`, which follows nothing, reads at most the
   limits and only files the submitting student owns, and leaves a note (REFUSED) that the
-  two others read.
+  two others read, and a note (LEFT_OUT) naming what it left out, which `grade` reports.
 
 Both walk a folder through descriptors (`_walk`): each folder is opened from its parent's
 descriptor without following and listed through its own, each file opened the same way and
@@ -29,6 +37,7 @@ chose: they travel as `os.fsdecode` makes them (undecodable bytes as surrogates,
 from __future__ import annotations
 
 import fnmatch
+import importlib.machinery
 import json
 import os
 import shutil
@@ -43,6 +52,11 @@ from nbformat.validator import get_validator
 from autograder.grading.limits import Limits
 
 REFUSED = ".autograder-refused"  # left by Collect where it refused something; a name no submission may use
+LEFT_OUT = ".autograder-left-out"  # left by Collect where it left out what the assignment does not declare; reserved too
+RESERVED = (REFUSED, LEFT_OUT)
+NBGRADER_FILES = ("timestamp.txt", "submission_secret.txt")  # what nbgrader's submit and collect put beside the notebooks
+# a file any of these end in is code Python may load (a module, a compiled one, an extension, a .pth of site's)
+IMPORTABLE = (*importlib.machinery.all_suffixes(), ".pyw", ".pyz", ".pth")
 DEEPEST = 16  # folders nested deeper are refused
 _KINDS = {stat.S_IFLNK: "a link", stat.S_IFIFO: "a pipe", stat.S_IFSOCK: "a socket",
           stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
@@ -68,7 +82,9 @@ def problem(folder, limits):
     try:
         for entry in _walk(top, limits):
             if entry.name == REFUSED and entry.rel == entry.name:
-                return _note(entry.parent)
+                return _note(entry.parent, REFUSED)
+            if entry.name == LEFT_OUT and entry.rel == entry.name:
+                continue
             if entry.why:
                 return entry.why
             if stat.S_ISREG(entry.st.st_mode):
@@ -82,16 +98,19 @@ def problem(folder, limits):
     return ""
 
 
-def _note(folder_fd):
-    """The reason Collect wrote in the open folder, read safely (it is short, and Collect's own words)."""
+def _note(folder_fd, name):
+    """The note `name` Collect wrote in the open folder ('' when there is none), read safely (it is short, and
+    Collect's own words)."""
     try:
-        fd = os.open(REFUSED, _FILE, dir_fd=folder_fd)
+        fd = os.open(name, _FILE, dir_fd=folder_fd)
         with open(fd, "rb") as fh:
             text = fh.read(2000).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
     except OSError:
         text = ""
     text = "".join(c for c in text if c.isprintable())
-    return text or "nbgrader collect refused part of the submission"
+    return text or f"nbgrader collect {'refused' if name == REFUSED else 'left out'} part of the submission"
 
 
 class _NotAFolder(Exception):
@@ -138,7 +157,7 @@ def _walk(top, limits, ignore=(), owner=None):
     A folder is opened from its parent's descriptor (O_NOFOLLOW | O_DIRECTORY) as soon as it is seen,
     and later listed through that descriptor, so what is listed is the folder that was looked at even
     if its name is swapped for a link meanwhile. Yields, with their reasons, a link, a special file, a
-    folder nested deeper than DEEPEST, a folder not `owner`'s (when given) and the name REFUSED, none of
+    folder nested deeper than DEEPEST, a folder not `owner`'s (when given) and the names RESERVED, none of
     them entered; after Limits.submission_entries entries (those matching `ignore` not counted), it
     yields the reason and stops. `top` stays the caller's to close."""
     entries, stack = 0, [(top, "", 0)]
@@ -152,7 +171,7 @@ def _walk(top, limits, ignore=(), owner=None):
                     yield _Entry(base, os.path.basename(base), fd, None, f"{shown(base or '.')} cannot be read ({e.strerror})")
                     continue
                 for name in names:
-                    if any(fnmatch.fnmatch(name, pattern) for pattern in ignore):
+                    if _ignored(name, ignore):
                         continue
                     entries += 1
                     rel = f"{base}/{name}" if base else name
@@ -175,7 +194,7 @@ def _look(parent, name, rel, depth, owner, stack):
         st = os.stat(name, dir_fd=parent, follow_symlinks=False)
     except OSError:
         return _Entry(rel, name, parent, None, f"{shown(rel)} cannot be read")
-    if name == REFUSED:
+    if name in RESERVED:
         return _Entry(rel, name, parent, st, f"{shown(rel)}: a name the course reserves")
     if stat.S_ISREG(st.st_mode):
         return _Entry(rel, name, parent, st, "")
@@ -193,6 +212,84 @@ def _look(parent, name, rel, depth, owner, stack):
         return _Entry(rel, name, parent, st, f"{shown(rel)} is not the student's own folder: a submission holds its own plain files only")
     stack.append((fd, rel, depth + 1))
     return _Entry(rel, name, parent, st, "")
+
+
+class Declared(NamedTuple):
+    """What a submission of an assignment may bring in: the assignment's files and the folders holding them
+    (paths inside the submission, '/'-separated), besides notebooks and NBGRADER_FILES at its top."""
+    files: frozenset
+    folders: frozenset
+
+    def takes(self, rel, folder=False):
+        """Whether the submission's entry `rel` (a folder when `folder`) is part of the assignment."""
+        if folder:
+            return rel in self.folders
+        at_top = "/" not in rel
+        return rel in self.files or at_top and (rel.endswith(".ipynb") or rel in NBGRADER_FILES)
+
+
+def importable(name):
+    """Whether Python could load a file of this name as code (see IMPORTABLE)."""
+    return name.endswith(IMPORTABLE)
+
+
+def declared(*folders, ignore=()):
+    """What a submission may bring in, from the assignment's own `folders` (its source and release, the
+    instructor's): their files, but those matching `ignore` and any Python could import."""
+    files = set()
+    for top in map(Path, folders):
+        for here, dirs, names in os.walk(top):
+            dirs[:] = [d for d in dirs if not _ignored(d, ignore)]
+            files |= {(Path(here) / n).relative_to(top).as_posix() for n in names if not _ignored(n, ignore) and not importable(n)}
+    held = {rel.rsplit("/", i)[0] for rel in files for i in range(1, rel.count("/") + 1)}
+    return Declared(frozenset(files), frozenset(held))
+
+
+def declared_by(coursedir, assignment):
+    """`declared` for an assignment of an nbgrader course (a CourseDirectory): its source and release folders."""
+    folders = (coursedir.format_path(kind, ".", assignment) for kind in (coursedir.source_directory, coursedir.release_directory))
+    return declared(*folders, ignore=coursedir.ignore)
+
+
+def _ignored(name, ignore):
+    return any(fnmatch.fnmatch(name, pattern) for pattern in ignore)
+
+
+def _kept(entries, takes):
+    """(entry, kept) for each of `entries` (from `_walk`): kept when nothing is against it and `takes` (a Declared)
+    takes it. Below a folder not kept nothing is kept, and only what is against it is yielded (a link there refuses
+    the submission as anywhere else): a folder left out is named once."""
+    dropped = set()
+    for entry in entries:
+        below = entry.rel.rpartition("/")[0] in dropped
+        if entry.why:
+            yield entry, False
+            continue
+        folder = stat.S_ISDIR(entry.st.st_mode)
+        kept = not below and takes.takes(entry.rel, folder)
+        if folder and not kept:
+            dropped.add(entry.rel)
+        if not below:
+            yield entry, kept
+
+
+def left_out(folder, takes, limits, ignore=()):
+    """'' when `folder` (a submission `problem` passes) holds nothing that `takes` (a Declared) leaves out; else
+    what is left out of the folders made from it, and what Collect left out of it (its LEFT_OUT note)."""
+    top = _open_folder(Path(os.fsdecode(folder)))
+    try:
+        names = [shown(entry.rel) for entry, kept in _kept(_walk(top, limits, ignore), takes) if not kept and not entry.why]
+        return "; ".join(filter(None, (_note(top, LEFT_OUT), _leaving(names))))
+    finally:
+        os.close(top)
+
+
+def _leaving(names):
+    """Why the entries `names` (shown) are left out; '' for none."""
+    if not names:
+        return ""
+    listed = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    return f"left out as no part of the assignment, which brings in its notebooks and data files only (never code): {listed}"
 
 
 def listing(folder):
@@ -219,21 +316,23 @@ def read_small(path, most=65536):
 
 
 class Copied(NamedTuple):
-    reason: str  # '' or why something was left out (also written to dest/REFUSED)
+    reason: str  # '' or why something was refused (also written to dest/REFUSED)
     changed_ns: int  # the latest st_ctime of the folder and of all it copied: when the submission last changed
+    left_out: str = ""  # '' or what was left out as no part of the assignment (also written to dest/LEFT_OUT)
 
 
-def copy(src, dest, limits, ignore=(), owner=None):
+def copy(src, dest, limits, takes, ignore=(), owner=None):
     """Copy a submission folder following nothing and reading at most the limits, only files and folders
-    `owner` (a uid; by default the folder's owner) owns; what it skips (a link, a special file, someone
-    else's file, what is over a limit) is named in dest/REFUSED.
+    `owner` (a uid; by default the folder's owner) owns and `takes` (a Declared) takes; what it refuses (a
+    link, a special file, someone else's file, what is over a limit) is named in dest/REFUSED, and what it
+    leaves out as no part of the assignment in dest/LEFT_OUT.
 
-    Returns the reason ('' when nothing was left out) and the latest st_ctime of what it copied, taken
-    from the open descriptors after reading: a time the owner cannot set back (utime sets mtime, never
-    ctime), and never earlier than any byte copied."""
+    Returns the reasons and the latest st_ctime of what it copied, taken from the open descriptors after
+    reading: a time the owner cannot set back (utime sets mtime, never ctime), and never earlier than any
+    byte copied."""
     src, dest = Path(os.fsdecode(src)), Path(os.fsdecode(dest))
     dest.mkdir(parents=True, exist_ok=True)
-    reasons, total, changed = [], 0, 0
+    reasons, left, total, changed = [], [], 0, 0
     try:
         top = _open_folder(src)
     except _NotAFolder as e:
@@ -243,9 +342,11 @@ def copy(src, dest, limits, ignore=(), owner=None):
         owner = st.st_uid if owner is None else owner
         if st.st_uid != owner:
             return Copied(_refuse(dest, ["the submission folder is not the student's own"]), 0)
-        for entry in _walk(top, limits, ignore, owner):
+        for entry, kept in _kept(_walk(top, limits, ignore, owner), takes):
             if entry.why:
                 reasons.append(entry.why)
+            elif not kept:
+                left.append(shown(entry.rel))
             elif stat.S_ISDIR(entry.st.st_mode):
                 (dest / entry.rel).mkdir()
                 changed = max(changed, entry.st.st_ctime_ns)
@@ -258,16 +359,21 @@ def copy(src, dest, limits, ignore=(), owner=None):
         changed = max(changed, os.fstat(top).st_ctime_ns)
     finally:
         os.close(top)
-    return Copied(_refuse(dest, reasons), changed)
+    leaving = _leaving(left)
+    return Copied(_refuse(dest, reasons), changed, leaving and _write_note(dest, LEFT_OUT, "nbgrader collect " + leaving))
 
 
 def _refuse(dest, reasons):
-    """The note saying what was left out, written in `dest`; '' when nothing was."""
+    """The note saying what was refused, written in `dest`; '' when nothing was."""
     if not reasons:
         return ""
-    reason = "nbgrader collect refused this submission: " + "; ".join(reasons[:3])
-    (dest / REFUSED).write_text(reason[:1500])
-    return reason
+    return _write_note(dest, REFUSED, "nbgrader collect refused this submission: " + "; ".join(reasons[:3]))
+
+
+def _write_note(dest, name, text):
+    """`text`, written as the note `name` in `dest` (cut to what `_note` reads back)."""
+    (dest / name).write_text(text[:1500])
+    return text
 
 
 def _copy_file(parent, name, dest, room, owner):
@@ -333,12 +439,20 @@ def notebook_problem(path, limits):
 
 def guard():
     """Have nbgrader's Autograde refuse a submission that `problem` refuses, before it copies or reads
-    anything of it: the submission is graded as a notebook saying why, with 0 points."""
+    anything of it: the submission is graded as a notebook saying why, with 0 points. Of one it grades, it
+    copies into autograded/ only what the assignment declares (`declared_by`), and logs what it leaves out."""
     from nbgrader.converters.autograde import Autograde
+    from nbgrader.converters.base import BaseConverter
 
     if getattr(Autograde, "_intake_guarded", False):
         return
     init_destination, init_assignment, convert = Autograde.init_destination, Autograde.init_assignment, Autograde.convert_single_notebook
+    copy_files = BaseConverter.init_assignment  # what Autograde.init_assignment calls first: copies every file but notebooks
+
+    def declared_files_only(self, assignment_id, student_id):
+        if not isinstance(self, Autograde):
+            return copy_files(self, assignment_id, student_id)
+        _copy_declared(self, assignment_id, student_id)
 
     def refusal(self, assignment_id, student_id):
         folder, limits = Path(self._format_source(assignment_id, student_id)), Limits(parent=self)
@@ -362,6 +476,25 @@ def guard():
 
     Autograde.init_destination, Autograde.init_assignment = guarded_destination, guarded_assignment
     Autograde.convert_single_notebook, Autograde._intake_guarded = guarded_convert, True
+    BaseConverter.init_assignment = declared_files_only
+
+
+def _copy_declared(converter, assignment_id, student_id):
+    """nbgrader's copy of a submission's files but notebooks into autograded/ (BaseConverter.init_assignment),
+    of those the assignment declares only; what it leaves out is logged."""
+    from nbgrader.utils import find_all_files
+
+    source, dest = Path(converter._format_source(assignment_id, student_id)), Path(converter._format_dest(assignment_id, student_id))
+    takes, ignore = declared_by(converter.coursedir, assignment_id), converter.coursedir.ignore
+    for filename in find_all_files(str(source), ignore + ["*.ipynb"]):
+        rel = Path(filename).relative_to(source)
+        if takes.takes(rel.as_posix()):
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).unlink(missing_ok=True)
+            shutil.copy(filename, dest / rel)
+    why = left_out(source, takes, Limits(parent=converter), ignore)
+    if why:
+        converter.log.warning("%s/%s: %s", student_id, assignment_id, why)
 
 
 def _grade_refused(converter, assignment_id, student_id, reason):

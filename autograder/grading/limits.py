@@ -26,7 +26,8 @@ class Limits(Configurable):
     notebook_seconds = _limit("wall-clock budget of a whole notebook, sleeping included; the cells after it are not run")
     check_seconds = _limit("wall-clock limit of one case of a check")
     memory_mb = _limit("address space of each process in the sandbox")
-    sandbox_memory_mb = _limit("memory of the whole sandbox, its processes and its in-memory storage (a memory cgroup, as root)")
+    sandbox_memory_mb = _limit("memory of the whole sandbox, its processes and its in-memory storage (a memory cgroup of "
+                               "its own: autograder.grading.sandbox, docs/GRADING.md)")
     cpu_seconds = _limit("CPU time of each process in the sandbox")
     processes = _limit("processes the sandbox may hold at once")
     scratch_mb = _limit("size of the sandbox's only writable storage (its working folder, home and /tmp), kept in memory")

@@ -18,16 +18,26 @@ namespace (whatever it starts dies with it), and limits on memory, CPU time and
 processes. The kernel binds its ZeroMQ sockets in its own /tmp; the grader reaches
 them through /proc/PID/root of the sandbox's first process.
 
-Where bubblewrap cannot start, grading stops with `problem()`'s message;
-AUTOGRADER_NO_SANDBOX=1 (`grade --no-sandbox`) runs the kernel without it, for
-trusted work only.
+Its memory, its processes' and its tmpfs's together, is bounded by a memory cgroup of
+its own (Limits.sandbox_memory_mb): made at the top of the hierarchy as root, and
+otherwise inside the grader's own cgroup where that is delegated to the grader's
+account (`delegate`: `make hub`'s instructor's server, a systemd scope with
+Delegate=yes). Without one, the grader's own group's memory limit is the bound where
+it has one below the machine's memory (a container's, a Kubernetes pod's), shared by
+every sandbox and the grader, the sandboxes' processes the first the kernel kills.
+
+Where bubblewrap cannot start, or nothing can bound a sandbox's memory, grading stops
+with `problem()`'s message; AUTOGRADER_NO_SANDBOX=1 (`grade --no-sandbox`) runs the
+kernel without it, for trusted work only.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import json
 import os
+import pwd
 import select
 import shlex
 import signal
@@ -46,8 +56,10 @@ from autograder.course import CourseError
 NO_SANDBOX = "AUTOGRADER_NO_SANDBOX"
 UNSAFE_NOTE = "graded without the sandbox (--no-sandbox): the learner's code ran with your rights; not safe for a class"
 UID = 65534  # nobody
-CGROUPS = "/sys/fs/cgroup"  # version 1's hierarchies, one folder a controller
+CGROUPS = "/sys/fs/cgroup"  # version 1: one hierarchy a controller, each a folder under it; version 2: the hierarchy
 PIDS = f"{CGROUPS}/pids"
+LEAF = "autograder-grader"  # version 2: a delegated group's own processes, moved out of it so that its children get limits
+OOM_FIRST = 1000  # the sandbox's oom_score_adj: where its group is not its own, the kernel kills its processes first
 PASSED_ON = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TZ")  # from the grader's environment
 ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "fonts", "ssl", "alternatives")
 GRADING, SUBMISSION, TMP = Path("/grading"), Path("/submission"), Path("/tmp")  # inside the sandbox
@@ -65,19 +77,21 @@ _problem = None
 
 
 def problem():
-    """'' when a sandbox can start here, else what is missing and how to get it."""
+    """'' when a sandbox can start here, its memory bounded (`memory_bound`), else what is missing and how to get it."""
     global _problem
     if _problem is None:
         _problem = _probe()
     return _problem
 
 
+UNSAFE = "or, for trusted work only, grade with --no-sandbox (AUTOGRADER_NO_SANDBOX=1 for plain nbgrader)"
+
+
 def _probe():
-    unsafe = "or, for trusted work only, grade with --no-sandbox (AUTOGRADER_NO_SANDBOX=1 for plain nbgrader)"
     if not sys.platform.startswith("linux"):
-        return f"grading runs learners' code in a bubblewrap sandbox, which needs Linux: grade on a Linux machine or container, {unsafe}"
+        return f"grading runs learners' code in a bubblewrap sandbox, which needs Linux: grade on a Linux machine or container, {UNSAFE}"
     if shutil.which("bwrap") is None:
-        return f"bubblewrap is not installed: apt-get install bubblewrap (Debian, Ubuntu) or dnf install bubblewrap (Fedora); {unsafe}"
+        return f"bubblewrap is not installed: apt-get install bubblewrap (Debian, Ubuntu) or dnf install bubblewrap (Fedora); {UNSAFE}"
     with tempfile.TemporaryDirectory(prefix="autograder-probe-") as tmp:
         try:
             done = subprocess.run(_bwrap(Path(tmp), None, None, 2**20) + [sys.executable, "-I", "-S", "-c", "pass"],
@@ -85,7 +99,56 @@ def _probe():
             why = "" if done.returncode == 0 else (done.stderr.strip().splitlines() or ["no message"])[-1]
         except (OSError, subprocess.TimeoutExpired) as e:
             why = str(e)
-    return why and f"bubblewrap could not start a sandbox ({why}); {USERNS_OFF}, {unsafe}"
+    if why:
+        return f"bubblewrap could not start a sandbox ({why}); {USERNS_OFF}, {UNSAFE}"
+    return "" if memory_bound() else unbounded()
+
+
+def memory_bound(root=CGROUPS):
+    """How a sandbox's memory is bounded here: "cgroup" where a memory cgroup of its own can be made and joined (tried,
+    then removed), "grader's group" where the grader's own group has a memory limit below the machine's memory, or ''."""
+    joined = False
+    try:
+        groups = make_cgroups({"memory": _memory_settings(64 * 2**20, root)}, root=root)
+    except OSError:
+        groups = []
+    try:
+        for group in [g for g in groups if _limits_memory(g)]:
+            joined = subprocess.run(["sh", "-c", 'echo $$ > "$1"', "join", str(Path(group, "cgroup.procs"))],
+                                    capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    finally:
+        for group in groups:
+            remove_cgroup(group)
+    if joined:
+        return "cgroup"
+    return "grader's group" if _grader_group_bounds(root) else ""
+
+
+def _grader_group_bounds(root=CGROUPS):
+    limit = group_memory_limit(root)
+    return limit is not None and limit < _machine_memory()
+
+
+def unbounded(root=CGROUPS):
+    """Why a sandbox's memory cannot be bounded here, and how to get a bound."""
+    v2 = unified(root)
+    if os.geteuid() == 0:
+        who = (f"root may make no memory cgroup here ({root if v2 else Path(root, 'memory')} is read-only or lacks the "
+               f"memory controller, as in most containers)")
+    else:
+        try:
+            name = pwd.getpwuid(os.geteuid()).pw_name
+        except KeyError:
+            name = f"uid {os.geteuid()}"
+        own = own_cgroups().get("" if v2 else "memory", "?")
+        who = f"{name} may make no memory cgroup (its own, {own}, is not delegated to it)"
+    return (f"grading cannot bound the memory of a sandbox: {who}, and it runs in no cgroup with a memory limit below "
+            f"the machine's memory, so one submission could take all of it. Grade as root; or in `make hub`'s "
+            f"instructor's server, whose cgroups are delegated to the instructor; or in a cgroup delegated to you "
+            f"(systemd with cgroup v2: systemd-run --user --scope -p Delegate=yes python -m autograder grade ...; "
+            f"cgroup v1: root's autograder.grading.sandbox.delegate, docs/GRADING.md); {UNSAFE}")
 
 
 def require():
@@ -152,7 +215,7 @@ class Sandbox:
         return self.grading / "oracle.sock"
 
     def command(self, kernel_cmd, info_fd=None):
-        """The kernel's command line: under the limits, in its pids cgroup (as root), inside the sandbox, after
+        """The kernel's command line: under the limits, in its memory and pids cgroups, inside the sandbox, after
         copying the submission into its working folder; bwrap writes its first process's pid on `info_fd`."""
         lim = self.limits
         home = self.root / "home"
@@ -171,16 +234,26 @@ class Sandbox:
         else:
             inner = ["env"] + [f"{k}={v}" for k, v in sorted(env.items())]
         rlimits = [f"--as={lim.memory_mb * 2**20}", f"--cpu={lim.cpu_seconds}", f"--fsize={lim.scratch_mb * 2**20}"]
-        if os.geteuid() == 0:  # root ignores RLIMIT_NPROC: a pids cgroup of its own limits the sandbox instead
-            self.cgroups = make_cgroups({"pids": {"pids.max": lim.processes},
-                                     "memory": {"memory.limit_in_bytes": lim.sandbox_memory_mb * 2**20,
-                                                "memory.memsw.limit_in_bytes": lim.sandbox_memory_mb * 2**20}})
-        else:  # counts every process of this user: leave room for those already running
+        self._groups(lim)
+        if os.geteuid() != 0 and not any(_limits_pids(g) for g in self.cgroups):
+            # root ignores RLIMIT_NPROC; for others it counts every process of the user: room for those already running
             rlimits.append(f"--nproc={len([p for p in os.listdir('/proc') if p.isdigit()]) + lim.processes}")
         limited = ["prlimit"] + rlimits + ["--"] if shutil.which("prlimit") else []
+        first = f"{{ echo {OOM_FIRST} > /proc/self/oom_score_adj; }} 2>/dev/null; "  # where the memory is shared
         enter = "".join(f"echo $$ > {shlex.quote(str(Path(g, 'cgroup.procs')))} && " for g in self.cgroups)
-        join = ["sh", "-c", enter + 'exec "$@"', "join"] if self.cgroups else []
+        join = ["sh", "-c", first + enter + 'exec "$@"', "join"]  # no sandbox starts outside its groups
         return join + limited + inner + start + kernel_cmd
+
+    def _groups(self, lim):
+        """The sandbox's memory and pids cgroups (`make_cgroups`); where it gets no memory group, the grader's own
+        group's limit must bound it (`memory_bound`), or, sandboxed, no sandbox starts."""
+        if not self.cgroups:  # a kernel started again joins the same ones
+            self.cgroups = make_cgroups(sandbox_settings(lim))
+        if self.sandboxed and not any(_limits_memory(g) for g in self.cgroups) and not _grader_group_bounds():
+            for group in self.cgroups:
+                remove_cgroup(group)
+            self.cgroups = []
+            raise CourseError(unbounded())
 
     def kernel_manager(self):
         if not self.sandboxed:
@@ -215,29 +288,167 @@ def _remove_stale(top):
             pass
 
 
-def make_cgroups(wanted, prefix="autograder-"):
-    """As root, for {controller: {file: value}}: a cgroup of the sandbox's own under each controller whose
-    hierarchy is writable, with those settings (a setting the kernel lacks, swap's on a machine without
-    it, is left out). Its memory group counts the sandbox's tmpfs too: what its processes and files hold.
-    The name carries this process's pid: groups left by a process that is gone are removed first."""
-    groups = []
-    for controller, settings in wanted.items():
-        root = Path(CGROUPS, controller)
-        if not os.access(root, os.W_OK):
-            continue
-        for stale in _orphans(root, prefix):  # its sandbox died with it
-            remove_cgroup(stale, wait=0)
-        group = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=root)
-        for name, value in settings.items():
-            if Path(group, name).exists():
-                Path(group, name).write_text(str(value))
-        groups.append(group)
-    return groups
+def sandbox_settings(lim, root=CGROUPS):
+    """A sandbox's cgroup settings, {controller: {file: value}}: Limits.sandbox_memory_mb for its memory, swap
+    included, and Limits.processes."""
+    return {"pids": {"pids.max": lim.processes}, "memory": _memory_settings(lim.sandbox_memory_mb * 2**20, root)}
+
+
+def _memory_settings(limit, root=CGROUPS):
+    if unified(root):
+        return {"memory.max": limit, "memory.swap.max": 0}
+    return {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit}  # memsw: memory and swap together
+
+
+def _limits_memory(group):
+    return any(Path(group, name).exists() for name in ("memory.limit_in_bytes", "memory.max"))
+
+
+def _limits_pids(group):
+    return Path(group, "pids.max").exists()
+
+
+def unified(root=CGROUPS):
+    """True on a machine with cgroup version 2 alone (one hierarchy for every controller)."""
+    return Path(root, "cgroup.controllers").exists()
+
+
+def own_cgroups(text=None):
+    """This process's cgroups, from /proc/self/cgroup: {controller: path in its hierarchy}, version 2's under ''."""
+    found = {}
+    for line in (Path("/proc/self/cgroup").read_text() if text is None else text).splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            found[controller] = path
+    return found
+
+
+def cgroup_parents(controllers, root=CGROUPS):
+    """{controller: folder} for each of `controllers` under which this process may make a sandbox's group: as root,
+    the top of its hierarchy; otherwise, or where the top is not writable, this process's own group where that is
+    this account's to write (delegated to it: `delegate`). Version 2 has one hierarchy, so one folder for all, whose
+    own processes first go into a leaf of it (LEAF), the kernel's rule for a group whose children get controllers."""
+    own = own_cgroups()
+    if unified(root):
+        top = Path(root)
+        folders = [top] if os.geteuid() == 0 else []
+        if "" in own:
+            mine = _within(top, own[""])
+            folders.append(mine.parent if mine.name == LEAF else mine)  # already handed down (or by `delegate`)
+        for folder in folders:
+            if all(os.access(p, os.W_OK) for p in (folder, folder / "cgroup.procs", folder / "cgroup.subtree_control")):
+                held = _hand_down(folder, controllers)
+                if held:
+                    return {c: folder for c in held}
+        return {}
+    found = {}
+    for controller in controllers:
+        top = Path(root, controller)
+        mine = [_within(top, own[controller])] if controller in own else []
+        for folder in ([top] if os.geteuid() == 0 else []) + mine:
+            if folder.is_dir() and os.access(folder, os.W_OK):
+                found[controller] = folder
+                break
+    return found
+
+
+def _within(mount, path):
+    return Path(mount, path.lstrip("/"))
+
+
+def _hand_down(group, controllers):
+    """Version 2: `controllers` (those `group` has) enabled for `group`'s children; where processes sit in `group`
+    (the kernel refuses then), they are moved into its leaf first. Returns the controllers its children get."""
+    wanted = [c for c in controllers if c in _read(group / "cgroup.controllers").split()]
+    for controller in wanted:
+        for attempt in range(2):
+            if controller in _read(group / "cgroup.subtree_control").split():
+                break
+            try:
+                (group / "cgroup.subtree_control").write_text(f"+{controller}")
+            except OSError as e:
+                if e.errno != errno.EBUSY or attempt:
+                    break
+                _into_leaf(group)
+    return [c for c in wanted if c in _read(group / "cgroup.subtree_control").split()]
+
+
+def _into_leaf(group):
+    """Version 2: every process in `group` moved into its leaf, LEAF (made if need be)."""
+    leaf = group / LEAF
+    with contextlib.suppress(FileExistsError):
+        leaf.mkdir()
+    for _ in range(100):  # what forks meanwhile is moved in the next round
+        pids = _read(group / "cgroup.procs").split()
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(OSError):  # gone meanwhile
+                (leaf / "cgroup.procs").write_text(pid)
+
+
+def _read(path):
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def group_memory_limit(root=CGROUPS):
+    """The memory limit, in bytes, that bounds this process's own cgroup: the least of its own and its ancestors' that
+    it can see (in a container, its own group shows as the top); None where there is none."""
+    v2 = unified(root)
+    mount = Path(root) if v2 else Path(root, "memory")
+    path = own_cgroups().get("" if v2 else "memory")
+    folder = _within(mount, path) if path else mount
+    if not folder.is_dir():  # a container's own group, seen as the top, under its host's path
+        folder = mount
+    limits = []
+    while True:
+        text = _read(folder / ("memory.max" if v2 else "memory.limit_in_bytes")).strip()
+        if text.isdigit():
+            limits.append(int(text))
+        if folder == mount or mount not in folder.parents:
+            return min(limits, default=None)
+        folder = folder.parent
+
+
+def _machine_memory():
+    for line in _read("/proc/meminfo").splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def make_cgroups(wanted, prefix="autograder-", root=CGROUPS):
+    """For {controller: {file: value}}: a cgroup of the caller's own for each controller it may make one for
+    (`cgroup_parents`: as root at the top, otherwise inside its own delegated group), with those settings (a setting
+    the kernel lacks, swap's on a machine without it, is left out); on version 2, one group for them all. Its memory
+    group counts the sandbox's tmpfs too: what its processes and files hold. The name carries this process's pid:
+    groups left by a process that is gone are removed first."""
+    made = {}
+    try:
+        for controller, parent in cgroup_parents(list(wanted), root).items():
+            if parent not in made:
+                for stale in _orphans(parent, prefix):  # its sandbox died with it
+                    remove_cgroup(stale, wait=0)
+                made[parent] = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
+            for name, value in wanted[controller].items():
+                if Path(made[parent], name).exists():
+                    Path(made[parent], name).write_text(str(value))
+    except OSError:
+        for group in made.values():
+            remove_cgroup(group, wait=0)
+        raise
+    return list(made.values())
 
 
 def remove_cgroup(group, wait=5.0):
-    """Remove a cgroup once its processes (a sandbox's die with its pid namespace) have gone."""
+    """Remove a cgroup, and the groups inside it, once their processes (a sandbox's die with its pid namespace) have gone."""
     deadline = time.time() + wait
+    with contextlib.suppress(OSError):
+        for child in [p for p in Path(group).iterdir() if p.is_dir()]:
+            remove_cgroup(child, max(0.0, deadline - time.time()))
     while True:
         try:
             return os.rmdir(group)
@@ -245,6 +456,28 @@ def remove_cgroup(group, wait=5.0):
             if time.time() >= deadline:
                 return
             time.sleep(0.05)
+
+
+def delegate(group, uid, gid, controllers=("memory", "pids")):
+    """Hand the cgroup `group`, which root made, to the account uid:gid, so that grading as that account makes each
+    sandbox's group inside it (`cgroup_parents`). Only what makes and moves into groups becomes the account's, never
+    `group`'s own limits: version 1, the folder, cgroup.procs, tasks and cgroup.clone_children (the kernel makes a
+    child's files its maker's); version 2, the kernel's delegation: the folder, cgroup.procs, cgroup.threads and
+    cgroup.subtree_control, after `controllers` are handed down to its children and a leaf (LEAF) is made for its
+    own processes. Returns the folder whose cgroup.procs the account's first process joins, as root, before it
+    becomes the account: `group` itself on version 1, its leaf on version 2."""
+    group = Path(group)
+    if (group / "cgroup.controllers").exists():
+        _hand_down(group, controllers)
+        with contextlib.suppress(FileExistsError):
+            (group / LEAF).mkdir()
+        files, join = ("cgroup.procs", "cgroup.threads", "cgroup.subtree_control"), group / LEAF
+    else:
+        files, join = ("cgroup.procs", "tasks", "cgroup.clone_children"), group
+    for path in (group, *(group / f for f in files)):
+        if path.exists():
+            os.chown(path, uid, gid)
+    return str(join)
 
 
 class SandboxKernelManager(AsyncKernelManager):

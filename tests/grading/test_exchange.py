@@ -5,7 +5,8 @@ Real Unix users submit with nbgrader's own `submit` into a real exchange release
 nbgrader_config.py. A classmate forging a submission in someone's name and dated 2099, ids made of
 HTML and glob characters, deleting or renaming another's submission, a folder swapped for a link in
 the middle of the copy, and a name that is not UTF-8: each time the honest students' work is
-collected intact, and nothing else is collected under their names."""
+collected intact, and nothing else is collected under their names. Code a student hands in beside
+her notebook is never collected: only what the assignment declares is."""
 import contextlib
 import os
 import pwd
@@ -106,14 +107,25 @@ class Exchange:
         assert not ok or done.returncode == 0, output(done)[-4000:]
         return output(done)
 
-    def release(self, assignment):
+    def release(self, assignment, data=()):
+        """`nbgrader release_assignment` of a notebook and the files `data` names (paths in the assignment, str or bytes)."""
         folder = self.course / "notebooks" / assignment
         folder.mkdir(parents=True)
         nbformat.write(new_notebook(cells=[new_markdown_cell("the released notebook")]), folder / f"{assignment}.ipynb")
-        teacher = pwd.getpwnam(self.accounts["teacher"])
-        for path in (folder.parent, folder, folder / f"{assignment}.ipynb"):
-            os.chown(path, teacher.pw_uid, teacher.pw_gid)
+        for name in data:
+            path = os.path.join(os.fsencode(folder), os.fsencode(name))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as fh:
+                fh.write(b"the assignment's data")
+        self.own(self.course / "notebooks", "teacher")
         return self.instructor("release_assignment", assignment)
+
+    def own(self, top, name):
+        """Make `top` and everything in it the account `name`'s."""
+        account = pwd.getpwnam(self.accounts[name])
+        for here, dirs, files in os.walk(os.fsencode(top)):
+            for path in [here] + [os.path.join(here, n) for n in dirs + files]:
+                os.chown(path, account.pw_uid, account.pw_gid)
 
     def submit(self, name, assignment, text):
         """`nbgrader submit` as the student, of a notebook that says `text`."""
@@ -262,7 +274,7 @@ def test_a_folder_swapped_for_a_link_in_the_middle_of_the_copy_brings_nothing_in
     from nbgrader.coursedir import CourseDirectory
 
     a, ada = "a_race", ex.accounts["ada"]
-    ex.release(a)
+    ex.release(a, ["sub/notes.txt"])
     ex.submit("ada", a, "ada's own work")
     ex.submit("ben", a, "ben's own work")
     uid = pwd.getpwnam(ada).pw_uid
@@ -302,7 +314,7 @@ def test_a_folder_swapped_for_a_link_in_the_middle_of_the_copy_brings_nothing_in
 
 def test_a_name_that_is_not_utf8_is_collected_without_a_crash(ex):
     a, ada = "a_bytes", ex.accounts["ada"]
-    ex.release(a)
+    ex.release(a, [b"notes\xff.txt"])  # the assignment's own data file, by a name in bytes
     ex.submit("ada", a, "ada's own work")
     ex.submit("ben", a, "ben's own work")
     [entry] = ex.entries("ada", a)
@@ -316,3 +328,31 @@ def test_a_name_that_is_not_utf8_is_collected_without_a_crash(ex):
         assert fh.read() == b"mine"
     assert intake.problem(collected, limits.load(ROOT)) == ""
     assert ex.text("ada", a) == "ada's own work" and ex.text("ben", a) == "ben's own work"
+
+
+def test_code_beside_her_notebook_is_left_out_of_submitted_and_named(ex):
+    # she puts what Python would run for the instructor beside her notebook and submits it with nbgrader's own submit:
+    # collect takes her notebook and the assignment's data file, and names what it left out
+    a, ada = "a_code", ex.accounts["ada"]
+    ex.release(a, ["data/words.txt"])
+    folder = ex.homes["ada"] / a
+    planted = ["ipykernel_launcher.py", "torch.py", "sitecustomize.py", "helpers/__init__.py", "data/helper.py", "mine/notes.txt"]
+    for name in [*planted, "data/words.txt"]:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("open('/tmp/seqcourse-planted-code-ran', 'w')" if name.endswith(".py") else "hers")
+    ex.own(folder, "ada")
+    ex.submit("ada", a, "ada's own work")
+    ex.submit("ben", a, "ben's own work")
+    log = ex.instructor("collect", a)
+    collected = ex.collected("ada", a)
+    assert sorted(p.relative_to(collected).as_posix() for p in collected.rglob("*")) == [
+        intake.LEFT_OUT, f"{a}.ipynb", "data", "data/words.txt", "submission_secret.txt", "timestamp.txt"]
+    shown = ["'data/helper.py'", "'helpers'", "'ipykernel_launcher.py'", "'mine'", "'sitecustomize.py'", "'torch.py'"]
+    assert "left out as no part of the assignment" in log and all(name in log for name in shown), log
+    # what `grade` reads: graded as ever, and the note for grading_problems.csv
+    course_limits = limits.load(ROOT)
+    assert intake.problem(collected, course_limits) == ""
+    why = intake.left_out(collected, intake.declared(ex.course / "notebooks" / a), course_limits)
+    assert why.startswith("nbgrader collect left out") and all(name in why for name in shown), why
+    assert ex.text("ada", a) == "ada's own work" and ex.text("ben", a) == "ben's own work"
+    assert not (ex.collected("ben", a) / intake.LEFT_OUT).exists()
