@@ -6,6 +6,8 @@
 # make hub             a class on this machine through a real JupyterHub (as root): an instructor and 3 students
 #                      as Unix accounts, each student walled off: her own origin, disk, /tmp, CPU, memory and
 #                      process limits (HUB_ARGS="--students 10 --disk 2G"); run it from a checkout only you can read
+# make hub-remove      take the class down (as root, its hub stopped): its accounts and homes, the students' disks
+#                      and the class's folder (the same HUB_ARGS="--state DIR"); says what it could not remove
 # make site            the course as a static HTML site, solutions hidden, in site/_build/html
 #                      (runs every notebook in full; COURSE_SITE_QUICK=1 make site: the grading budget, minutes)
 PYTHON ?= python3
@@ -14,7 +16,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PIP    := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: install test test-fast test-browser demo lab lab-instructor hub release site clean
+.PHONY: install test test-fast test-browser demo lab lab-instructor hub hub-remove release site clean
 
 install: $(STAMP)
 
@@ -56,6 +58,9 @@ lab-instructor: $(STAMP)
 
 hub: $(STAMP)
 	$(BIN)/python -m autograder.hub $(HUB_ARGS)
+
+hub-remove: $(STAMP)
+	$(BIN)/python -m autograder.hub --remove $(HUB_ARGS)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache gradebook.db test-artifacts

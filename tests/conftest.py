@@ -40,7 +40,8 @@ SHARES_GRADED_COURSE = {"test_demo.py", "test_grading.py", "test_site.py"}
 # 51, 48, 45. Both workers then ended within 2 s of each other (a clone of 14d3e7e).
 LONGEST_FIRST = ["test_bad_submissions.py", "test_demo.py", "test_hub.py", "test_verdict.py", "test_browser.py",
                  "test_train_cli.py", "test_grade_process.py", "test_precision_paths.py", "test_shard.py", "test_term.py",
-                 "test_exchange.py", "test_student_dist.py", "test_new_exercise.py", "test_yours.py", "test_cli.py"]
+                 "test_submission_data.py", "test_hub_parts.py", "test_exchange.py", "test_sandbox_memory.py",
+                 "test_student_dist.py", "test_new_exercise.py", "test_yours.py", "test_cli.py"]
 
 
 def pytest_configure(config):

@@ -98,7 +98,8 @@ def test_on_cgroup_v2_a_controller_the_hierarchy_does_not_delegate_is_not_claime
 
 def test_version_1_limits_name_every_controller_a_student_s_server_joins():
     assert cgroups.wanted(1, 2 << 30, 512) == {"freezer": {}, "cpu": {"cpu.cfs_period_us": 100_000, "cpu.cfs_quota_us": 100_000},
-                                               "memory": {"memory.limit_in_bytes": 2 << 30}, "pids": {"pids.max": 512}}
+                                               "memory": {"memory.limit_in_bytes": 2 << 30, cgroups.TCP_MEMORY: 2 << 28},
+                                               "pids": {"pids.max": 512}}
 
 
 @pytest.mark.parametrize("text, size", [("2G", 2 << 30), ("512M", 512 << 20), ("1.5G", 3 << 29), ("1048576", 1 << 20),

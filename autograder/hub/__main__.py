@@ -2,10 +2,15 @@
 
     python -m autograder.hub [--students N] [--port 8000] [--cpu 1] [--mem 3G] [--pids 512] [--disk 2G]
                              [--state /srv/seqcourse-hub]
+    python -m autograder.hub --remove [--state /srv/seqcourse-hub]
 
 Makes (the first time) or reuses (later) the class: an instructor and N students as Unix accounts, their
 environments, nbgrader's exchange and the hub's proxy (autograder/hub/classroom.py); prints where to log in and
-as whom; runs the hub until Ctrl-C, which stops it and every server it started.
+as whom; runs the hub until Ctrl-C, which stops it and every server it started. The hub stops by itself, and this
+command exits 1 with the reason, when anyone but its proxy holds its port (autograder/hub/proxy.py).
+
+With --remove (`make hub-remove`): takes the class down, its accounts and homes, the students' disks and the class's
+folder, saying what it removed and what it could not (then exiting 1); refused while the class's hub runs.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autograder.hub import cgroups, classroom, wall
+from autograder.hub import cgroups, classroom, proxy, spawner, wall
 from autograder.hub.disks import DiskError, parse_size, shown
 from autograder.hub.spawner import TRIAL
 
@@ -39,6 +44,8 @@ def parse(argv):
     p.add_argument("--prefix", default="seq-", help="the accounts' names begin with this (default seq-)")
     p.add_argument("--home-base", default="/home", help="the accounts' homes are made under this (default /home)")
     p.add_argument("--prepare-only", action="store_true", help="make the class, print the logins, start no hub")
+    p.add_argument("--remove", action="store_true", help="take the class at --state down: its accounts and homes, the "
+                                                         "students' disks, the class's folder (make hub-remove)")
     args = p.parse_args(argv)
     if not 1 <= args.students <= 500:
         p.error("--students must be between 1 and 500")
@@ -103,8 +110,25 @@ def stop_with_parent():
         pass  # not Linux
 
 
+def remove(state):
+    """`make hub-remove`: the class at `state` taken down; exits 1 when anything is left, saying what."""
+    if os.geteuid() != 0:
+        sys.exit("make hub-remove: removing a class's accounts and disks needs root (sudo make hub-remove)")
+    if not (Path(state) / "hub" / "class.json").exists():
+        sys.exit(f"make hub-remove: there is no class at {state} (no hub/class.json there): give its --state")
+    try:
+        left = classroom.remove(classroom.Classroom.load(state))
+    except classroom.ClassError as e:
+        sys.exit(f"make hub-remove: {e}")
+    for line in left:
+        print(f"make hub-remove: could not remove {line}", file=sys.stderr, flush=True)
+    sys.exit(1 if left else 0)
+
+
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)
+    if args.remove:
+        remove(args.state)
     try:
         room = classroom.prepare(args.state, args.students, args.prefix, args.home_base, disk=args.disk_bytes)
     except classroom.ClassError as e:
@@ -114,9 +138,14 @@ def main(argv=None):
         sys.exit(f"make hub: {walled}")
     print(logins(room, args.port), flush=True)
     print("\n" + walls(room, args), flush=True)
+    widened = wall.widen_file_table(len(room.students), args.pids, spawner.FILES)
+    if widened:
+        print(widened, flush=True)
     if args.prepare_only:
         return
     print("\nCtrl-C stops the hub and every server it started.", flush=True)
+    refused = proxy.refusal(room.proxy_pid_file)
+    refused.unlink(missing_ok=True)
     # in a session of its own, so that Ctrl-C reaches this process alone, which asks the hub once to stop
     hub = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(CONFIG)], cwd=room.hub_dir,
                            env=hub_env(room, args), start_new_session=True, preexec_fn=stop_with_parent)
@@ -133,6 +162,8 @@ def main(argv=None):
             print(f"make hub: {line}", file=sys.stderr, flush=True)
         if not left:
             print("The hub and every server it started have stopped.", flush=True)
+    if refused.exists():
+        sys.exit(f"make hub: {refused.read_text().strip()}")
     sys.exit(0 if hub.returncode in (0, -signal.SIGINT, -signal.SIGTERM) else hub.returncode)
 
 

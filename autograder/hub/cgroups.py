@@ -1,7 +1,8 @@
 """The cgroups that hold a student's server: its CPU, memory and process limits, and the end of every process in it.
 
-Version 1 (one hierarchy a controller, as on this machine): a group under cpu, memory, pids and freezer each.
-Version 2 (one hierarchy): one group with cpu.max, memory.max and pids.max. Either way the server joins its groups
+Version 1 (one hierarchy a controller, as on this machine): a group under cpu, memory, pids and freezer each, its
+socket memory bounded apart (memory.kmem.tcp.limit_in_bytes, a quarter of the memory limit). Version 2 (one
+hierarchy): one group with cpu.max, memory.max and pids.max, socket memory counted in memory.max. Either way the server joins its groups
 before it becomes the student, and whatever it starts (kernels, terminals, `setsid`, `nohup`, fork chains) is born
 in them and cannot leave: the groups' files are root's. `end` stops them all: frozen, so that nothing forks while
 they are killed, killed, then the groups removed; a group that cannot be removed is returned, to be reported.
@@ -14,15 +15,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.grading.sandbox import CGROUPS, _orphans, make_cgroups, remove_cgroup
+from autograder.grading.cgroups import CGROUPS, make_cgroups, orphans, remove_cgroup, unified
 
 PREFIX = "seqcourse-hub-"  # then the hub's pid: groups a killed hub left are removed at the next start
 V1_CONTROLLERS = ("cpu", "memory", "pids", "freezer")
-
-
-def unified(root=CGROUPS):
-    """True on a machine with cgroup version 2 alone (one hierarchy for every controller)."""
-    return Path(root, "cgroup.controllers").exists()
+TCP_MEMORY = "memory.kmem.tcp.limit_in_bytes"  # version 1; version 2 counts socket memory in memory.max
 
 
 def wanted(cpu=None, mem_bytes=None, pids=None):
@@ -30,8 +27,8 @@ def wanted(cpu=None, mem_bytes=None, pids=None):
     settings = {"freezer": {}}
     if cpu:
         settings["cpu"] = {"cpu.cfs_period_us": 100_000, "cpu.cfs_quota_us": int(cpu * 100_000)}
-    if mem_bytes:
-        settings["memory"] = {"memory.limit_in_bytes": int(mem_bytes)}
+    if mem_bytes:  # version 1 counts socket buffers apart, and only once they have a limit: a quarter of her memory
+        settings["memory"] = {"memory.limit_in_bytes": int(mem_bytes), TCP_MEMORY: int(mem_bytes) // 4}
     if pids:
         settings["pids"] = {"pids.max": int(pids)}
     return settings
@@ -60,7 +57,7 @@ def v2_group(settings, root=CGROUPS):
             delegated.add(controller)
         except OSError:
             pass
-    for stale in _orphans(root, PREFIX):  # a killed hub's
+    for stale in orphans(root, PREFIX):  # a killed hub's
         remove_cgroup(stale, wait=0)
     group = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=root))
     held = {"freezer"} & set(settings)
@@ -68,7 +65,7 @@ def v2_group(settings, root=CGROUPS):
              "memory": lambda s: ("memory.max", str(s["memory.limit_in_bytes"])),
              "pids": lambda s: ("pids.max", str(s["pids.max"]))}
     for controller, file in files.items():
-        if controller in settings and controller in delegated:
+        if settings.get(controller) and controller in delegated:
             name, value = file(settings[controller])
             (group / name).write_text(value)
             held.add(controller)

@@ -12,6 +12,8 @@
     STATE/proxy               configurable-http-proxy, the hub's proxy, from the npm registry
     ~instructor/seqcourse     the instructor's copy of the course: what git tracks, and files it does not ignore
 
+`make hub-remove` (`remove`) takes all of it down: the accounts and their homes, the disks, the class's folder.
+
 The accounts are real Unix users, each with a home only they may enter: the exchange takes a submission's
 owner from the file system, and one student must not read another's work. The checkout `make hub` runs from
 holds the reference and the hidden cases: it must be one that no other account can read.
@@ -34,7 +36,7 @@ from pathlib import Path
 
 from autograder.course import digest, find_root
 from autograder.grading.exchange import INBOUND_MODE
-from autograder.hub.disks import DiskError, Volumes
+from autograder.hub.disks import DiskError, Volumes, mounts_under, unmount_all
 
 HOST = "localhost"  # the hub's pages on http://localhost:PORT, each user's server on http://NAME.localhost:PORT
 COURSE = "seqcourse"  # nbgrader's course id: the exchange's folder, and the groups below
@@ -90,6 +92,14 @@ class Classroom:
     @property
     def hub_dir(self):
         return self.state / "hub"
+
+    @property
+    def hub_pid_file(self):  # JupyterHub's (jupyterhub_config.py): a live process there is the class's running hub
+        return self.hub_dir / "jupyterhub.pid"
+
+    @property
+    def proxy_pid_file(self):  # the proxy's (jupyterhub_config.py); proxy.py leaves its refusal beside it
+        return self.hub_dir / "proxy.pid"
 
     @property
     def proxy(self):
@@ -407,28 +417,87 @@ def end_processes(users, tries=20):
     `tries` rounds, [] when none is."""
     names = ",".join(users)
     for _ in range(tries):
-        alive = subprocess.run(["pgrep", "-u", names], capture_output=True, text=True).stdout.split()
-        if not alive:
+        if not _processes(names):
             return []
         subprocess.run(["pkill", "-KILL", "-u", names], capture_output=True)
         time.sleep(0.1)
-    return subprocess.run(["pgrep", "-u", names], capture_output=True, text=True).stdout.split()
+    return _processes(names)
+
+
+def _processes(names):
+    """The pids of the processes of these accounts (names joined by commas), zombies aside: a zombie holds nothing,
+    and goes when its parent reaps it."""
+    pids = subprocess.run(["pgrep", "-u", names], capture_output=True, text=True).stdout.split()
+    return [pid for pid in pids if _state(pid) not in ("Z", "")]
+
+
+def _state(pid):
+    """A process's state letter (R, S, D, Z, ...), '' when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]  # after the name, which may hold ')'
+    except (OSError, IndexError):
+        return ""
+
+
+def running_hub(room):
+    """The pid of the class's hub while it runs (its pid file names a live process), else None."""
+    try:
+        pid = int(room.hub_pid_file.read_text())
+    except (OSError, ValueError):
+        return None
+    return pid if pid > 0 and Path(f"/proc/{pid}").exists() else None
 
 
 def remove(room, say=print):
-    """Remove the class's accounts, disks and homes and its state (the tests' clean-up; `make hub` keeps them)."""
-    present = [u for u in room.students if _class_account(u)]
-    room.volumes.unmount(present, room.home)
-    for user in room.users:
-        if not _class_account(user):
-            continue
-        for _ in range(20):  # userdel refuses an account with a process still running
-            end_processes([user], tries=1)
-            if subprocess.run(["userdel", "--remove", user], capture_output=True).returncode in (0, 6):
-                break
-            time.sleep(0.25)
-        say(f"removed the Unix account {user}")
-    shutil.rmtree(room.state, ignore_errors=True)
+    """The class taken down (`make hub-remove`, and the tests' clean-up): its accounts' processes ended, each
+    student's home and disk unmounted and her image's loop device detached, every other mount under the class's folder
+    unmounted, the accounts removed with their homes, then the class's folder. Nothing is unmounted lazily, so no
+    image is deleted while mounted: a student whose disk is still in use keeps it and her account, and anything left
+    keeps the class's folder. Says what it removed; returns what it could not remove, each in a line ([] when all is
+    gone). Refused while the class's hub runs."""
+    pid = running_hub(room)
+    if pid:
+        raise ClassError(f"the class's hub is running (pid {pid}, {room.hub_pid_file}): stop it first (Ctrl-C where "
+                         "make hub runs), then remove the class")
+    present = [user for user in room.users if _class_account(user)]
+    alive = end_processes(present)
+    left = [f"processes of the class's accounts that would not end: {' '.join(alive[:10])}"] if alive else []
+    kept = room.volumes.unmount(room.students, lambda s: _home(room, s), say)
+    left += [f"{student}'s disk: {why}" for student, why in kept.items()]
+    in_use = {os.path.realpath(room.volumes.volume(student)) for student in kept}
+    for path in reversed(mounts_under(room.state)):  # what else the class mounted there (her terminals' devpts)
+        why = "" if path in in_use else unmount_all(path, say)
+        left += [why] if why else []
+    for user in present:
+        why = f"the account {user}, kept with her disk" if user in kept else _remove_account(user)
+        if why:
+            left.append(why)
+        else:
+            say(f"removed the Unix account {user} and its home")
+    if left:
+        return left + [f"{room.state}, kept until all of the above is removed: run the removal again then"]
+    try:
+        shutil.rmtree(room.state)
+    except OSError as e:
+        return [f"{room.state}: {e}"]
+    say(f"removed {room.state}")
+    return []
+
+
+def _home(room, user):
+    """The home of a class's account, or where it was while the account is gone (a removal run again)."""
+    return room.home(user) if _class_account(user) else Path(room.home_base, user)
+
+
+def _remove_account(user):
+    """'' once the account and its home are gone, or why they are not."""
+    for _ in range(20):  # userdel refuses an account with a process still running
+        end_processes([user], tries=1)
+        done = subprocess.run(["userdel", "--remove", user], capture_output=True, text=True)
+        if done.returncode in (0, 6):  # 6: no such account
+            return ""
+        time.sleep(0.25)
+    return f"the account {user}: userdel --remove {user} failed ({done.returncode}): {done.stderr.strip()}"
 
 
 def _class_account(user):

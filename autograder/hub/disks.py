@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -77,7 +79,7 @@ class Volumes:
         return self.images / f"{student}.img"
 
     def limited(self, student):
-        return os.path.ismount(self.volume(student))
+        return mounted(self.volume(student))
 
     def room_needed(self, students, size):
         """Bytes the images of `students` may still take on the state's file system when every one fills up."""
@@ -126,7 +128,7 @@ class Volumes:
         mine, home = self.home(student), Path(home)
         if not mine.exists():
             mine.mkdir()
-            if home.is_dir() and not os.path.ismount(home):  # what useradd put there (/etc/skel), or an earlier class's files
+            if home.is_dir() and not mounted(home):  # what useradd put there (/etc/skel), or an earlier class's files
                 _run(["cp", "-a", "--no-target-directory", str(home), str(mine)])
         os.chown(mine, pw.pw_uid, pw.pw_gid)
         os.chmod(mine, 0o700)
@@ -136,17 +138,78 @@ class Volumes:
         os.chown(inbound, uid, gid)
         os.chmod(inbound, 0o3733)  # autograder.grading.exchange.INBOUND_MODE: she may add, not list
         home.mkdir(parents=True, exist_ok=True)
-        if not os.path.ismount(home):
+        if not mounted(home):
             _run(["mount", "--bind", str(mine), str(home)])
 
-    def unmount(self, students, home_of):
-        """Every student's home and volume unmounted (the tests' clean-up, before the accounts go)."""
+    def unmount(self, students, home_of, say=print):
+        """Each student's home, then her volume, unmounted, and her image's loop device detached. Returns
+        {student: why} for each disk still in use: a student whose home is busy keeps her volume mounted too."""
+        kept = {}
         for student in students:
-            for path in (Path(home_of(student)), self.volume(student)):
-                for _ in range(3):
-                    if not os.path.ismount(path):
-                        break
-                    subprocess.run(["umount", "--lazy", str(path)], capture_output=True)
+            why = unmount_all(Path(home_of(student)), say) or unmount_all(self.volume(student), say)
+            why = why or self._detach(student, say)
+            if why:
+                kept[student] = why
+        return kept
+
+    def _detach(self, student, say):
+        """'' once no loop device holds the student's image, or why one still does. `mount -o loop` sets autoclear,
+        which detaches it at the last unmount; a device left attached (by hand, or by an older mount) is detached."""
+        image = self.image(student)
+        for _ in range(20):
+            devices = loop_devices(image)
+            if not devices:
+                return ""
+            for device in devices:
+                if subprocess.run(["losetup", "-d", device], capture_output=True).returncode == 0:
+                    say(f"detached {device} from {image}")
+            time.sleep(0.1)
+        return f"{image} is still attached to {' '.join(devices)} (losetup -j {image})"
+
+
+def mount_points():
+    """Every mount point in this mount namespace, as /proc/self/mountinfo lists them (one mounted twice, twice)."""
+    with open("/proc/self/mountinfo") as f:
+        return [_unescaped(line.split()[4]) for line in f]
+
+
+def _unescaped(field):  # mountinfo writes a space as \040, a tab \011, a newline \012, a backslash \134
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
+
+
+def mounted(path):
+    """True when `path` is a mount point: also a bind mount of a folder of the same file system, which
+    os.path.ismount does not see."""
+    return os.path.realpath(path) in mount_points()
+
+
+def mounts_under(folder):
+    """The mount points at or below `folder`."""
+    top = os.path.realpath(folder)
+    return sorted({p for p in mount_points() if p == top or p.startswith(top.rstrip("/") + "/")})
+
+
+def loop_devices(image):
+    """The loop devices backed by `image` ([] when it does not exist)."""
+    if not Path(image).exists():
+        return []
+    done = subprocess.run(["losetup", "--noheadings", "--output", "NAME", "--associated", str(image)],
+                          capture_output=True, text=True)
+    return done.stdout.split()
+
+
+def unmount_all(path, say):
+    """'' once `path` is no mount point (each mount stacked on it taken off), or why it still is one. Never lazily:
+    a file system still in use stays mounted, and its image and folder stay with it."""
+    for _ in range(10):
+        if not mounted(path):
+            return ""
+        done = subprocess.run(["umount", str(path)], capture_output=True, text=True)
+        if done.returncode:
+            why = done.stderr.strip().rstrip(".") or f"umount exited {done.returncode}"
+            return f"{path} is still mounted ({why}; `fuser -vm {path}` names the processes using it)"
+        say(f"unmounted {path}")
+    return f"{path} is still mounted after 10 unmounts"
 
 
 def _run(cmd):

@@ -11,9 +11,15 @@ server serves, whatever her configuration makes it serve, runs in her origin, no
 hub's pages or the instructor's (their xsrf tokens among them), and the cookies of the hub and of every other
 server are not sent to it. A real class does the same on a domain of its own: subdomain_host =
 "https://hub.example.edu", with a wildcard DNS record and certificate for *.hub.example.edu.
+
+Each student's server listens in a network of its own (autograder/hub/relay.py), so the hub's public port, its API
+port and the proxy's are out of her reach but for what her relay carries: the hub's API. What she sends the hub is
+bounded before it is read, she makes no API token, and the hub's log on disk is rotated (autograder/hub/bounds.py).
 """
 import os
 
+from autograder.hub import bounds
+from autograder.hub.proxy import CheckedProxy
 from autograder.hub.classroom import HOST, INSTRUCTORS, STUDENTS, Classroom
 from autograder.hub.spawner import TRIAL, ClassSpawner, TrialAuthenticator
 
@@ -30,11 +36,16 @@ c.JupyterHub.hub_port = int(os.environ.get("SEQCOURSE_HUB_API_PORT", "8081"))
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{os.environ.get('SEQCOURSE_HUB_PROXY_PORT', '8001')}"
 c.JupyterHub.db_url = f"sqlite:///{room.hub_dir / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(room.hub_dir / "jupyterhub_cookie_secret")
-c.JupyterHub.pid_file = str(room.hub_dir / "jupyterhub.pid")
+c.JupyterHub.pid_file = str(room.hub_pid_file)
 c.ConfigurableHTTPProxy.command = [str(room.proxy)]
-c.ConfigurableHTTPProxy.pid_file = str(room.hub_dir / "proxy.pid")
+c.ConfigurableHTTPProxy.pid_file = str(room.proxy_pid_file)
+c.JupyterHub.proxy_class = CheckedProxy  # after every start of the proxy, it alone holds the hub's port, or the hub stops
 c.JupyterHub.cleanup_servers = True  # Ctrl-C stops every user's server
 c.JupyterHub.template_vars = {"announcement_login": TRIAL}
+bounds.bound_requests()
+c.JupyterHub.extra_log_handlers = [bounds.log_file(room.hub_dir / "hub.log")]
+c.JupyterHub.load_roles = bounds.roles(room.instructor)
+c.JupyterHub.token_expires_in_max_seconds = bounds.TOKEN_DAYS * 24 * 3600
 
 c.JupyterHub.authenticator_class = TrialAuthenticator
 c.TrialAuthenticator.state = state
@@ -53,5 +64,6 @@ c.Spawner.env_keep = ["LANG", "LC_ALL", "TZ"]  # not the hub's PATH or PYTHONPAT
 c.Spawner.cpu_limit = float(os.environ.get("SEQCOURSE_HUB_CPU", "1"))
 c.Spawner.mem_limit = int(os.environ.get("SEQCOURSE_HUB_MEM", str(3 * 2**30)))  # bytes
 c.ClassSpawner.pids_limit = int(os.environ.get("SEQCOURSE_HUB_PIDS", "512"))
+c.Spawner.poll_interval = 10  # a server that ended by itself is noticed, and what it left ended, within seconds
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120

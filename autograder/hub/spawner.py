@@ -1,23 +1,36 @@
 """Each user's server, started as that user in their role's environment and under the class's limits; the trial login.
 
-A student's server starts in cgroups of its own (CPU, memory, processes; autograder/hub/cgroups.py) with
-RLIMIT_NPROC, behind a wall (autograder/hub/wall.py) on her own disk (autograder/hub/disks.py), and when it stops,
+A student's server starts in cgroups of its own (CPU, memory and the socket memory of her network, processes;
+autograder/hub/cgroups.py) with RLIMIT_NPROC and RLIMIT_NOFILE, behind a wall (autograder/hub/wall.py) on her own
+disk (autograder/hub/disks.py), in a network of its own that a relay joins to the proxy and the hub's API
+(autograder/hub/relay.py). However it ends (stopped through the hub, or ended by itself: killed, out of memory),
 every process it left is killed and its groups removed, or the hub's log says which group could not be.
+
+The instructor's server runs in cgroups of its own too, with no limit but delegated to the instructor's account, so
+that grading can bound each submission's sandbox inside them (autograder/grading/cgroups.py). Its Python never puts
+the folder a kernel starts in on the import path (PYTHONSAFEPATH): a file a student handed in beside her notebook is
+never imported by the instructor's kernels.
 """
 from __future__ import annotations
 
+import asyncio
 import hmac
 import os
 import pwd
 import resource
+import subprocess
+import sys
+from urllib.parse import urlparse
 
 from jupyterhub.auth import Authenticator
 from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Integer, Unicode
 
-from autograder.hub import cgroups, wall
+from autograder.grading.cgroups import delegate
+from autograder.hub import cgroups, seccomp, wall
 from autograder.hub.classroom import Classroom
 
+FILES = 4096  # RLIMIT_NOFILE of each process of a student's server: JupyterLab, a kernel and a terminal need far fewer
 TRIAL = ("A trial login: each account's password was printed by `make hub`. For a real class, use your institution's "
          "login (LTI 1.3: ltiauthenticator; OAuth or SAML: oauthenticator).")
 
@@ -43,6 +56,7 @@ class ClassSpawner(LocalProcessSpawner):
 
     state = Unicode(help="the class's state folder").tag(config=True)
     pids_limit = Integer(512, help="processes and threads a student's server may run at once, kernels included").tag(config=True)
+    files_limit = Integer(FILES, help="files each process of a student's server may hold open (RLIMIT_NOFILE)").tag(config=True)
 
     def _room(self):
         return Classroom.load(self.state)
@@ -58,6 +72,7 @@ class ClassSpawner(LocalProcessSpawner):
             env["JUPYTER_RUNTIME_DIR"] = "/tmp/jupyter-runtime"  # her private /tmp
         else:
             env["JUPYTER_RUNTIME_DIR"] = str(self._runtime(room))
+            env["PYTHONSAFEPATH"] = "1"  # a kernel started beside a submission imports nothing of hers
         return env
 
     def _runtime(self, room):
@@ -76,18 +91,44 @@ class ClassSpawner(LocalProcessSpawner):
         server = str(room.env(role) / "bin" / "jupyterhub-singleuser")
         self.notebook_dir = str(room.course_dir) if role == "instructor" else ""
         self.default_url = "/lab"
-        self.cgroups, self.nproc = [], None
+        await self._end()  # what an earlier server of this user left, if its end went unseen
+        self.cgroups, self.above, self.nproc, self.nofile, self.relay = [], [], None, None, None
         # a student's server reads no configuration from her home (JupyterHub's own switch): her JupyterLab settings
         # stay hers, but what her server serves and loads is the class's
         self.disable_user_config = role == "student"
-        if role == "student":  # the instructor grades: J sandboxes of their own, each with its own limits
+        if role == "student":
             if not room.disk_note and not room.volumes.limited(self.user.name):
                 raise RuntimeError(f"{self.user.name}'s disk is not mounted: run make hub again, which mounts it")
-            self.cgroups, self.nproc = self._limits(), self.pids_limit
-            self.cmd = [*wall.argv(room, self.user.name, self.cgroups, self.mem_limit), server]
-        else:
-            self.cmd = [server]
+            self.cgroups, self.nproc, self.nofile = self._limits(), self.pids_limit, self.files_limit
+            wall.mount_ptys(room, self.user.name)
+            fd = seccomp.memfd()
+            self.popen_kwargs = {"pass_fds": (fd,)} if fd is not None else {}
+            self.cmd = [*wall.argv(room, self.user.name, self.cgroups, self.mem_limit, fd), server]
+            try:
+                started = await super().start()
+            finally:
+                if fd is not None:
+                    os.close(fd)
+            # her server listens in her own network: the relay is its only door to the proxy and the hub's API
+            api_port = urlparse(self.hub.api_url).port
+            self.relay = subprocess.Popen([sys.executable, "-m", "autograder.hub.relay", str(self.proc.pid),
+                                           str(self.port), str(api_port)], stdin=subprocess.DEVNULL)
+            return started
+        self.cgroups, self.above = self._delegated()  # the instructor's: no limit, theirs to bound grading's sandboxes in
+        self.cmd = [server]
         return await super().start()
+
+    def _delegated(self):
+        """Memory and pids groups for the instructor's server, without limits, handed to the instructor's account:
+        grading makes each sandbox's groups inside them (autograder.grading.cgroups), as root would at the top.
+        Returns the groups the server joins, and those it does not (version 2: a delegated group above its leaf)."""
+        pw = pwd.getpwnam(self.user.name)
+        made, _ = cgroups.make({"memory": {}, "pids": {}})
+        joined = [delegate(group, pw.pw_uid, pw.pw_gid) for group in made]
+        if not made:
+            self.log.warning("%s's server has no cgroup of its own to grade in: grading will refuse to start a sandbox "
+                             "it cannot bound", self.user.name)
+        return joined, [group for group in made if group not in joined]
 
     def _limits(self):
         settings = cgroups.wanted(self.cpu_limit, self.mem_limit, self.pids_limit)
@@ -103,6 +144,7 @@ class ClassSpawner(LocalProcessSpawner):
     def make_preexec_fn(self, name):
         become = super().make_preexec_fn(name)
         groups, folder, nproc = list(getattr(self, "cgroups", [])), self.notebook_dir, getattr(self, "nproc", None)
+        nofile = getattr(self, "nofile", None)
 
         def preexec():  # in the child, still root: join the limits, then become the user
             for group in groups:
@@ -110,14 +152,39 @@ class ClassSpawner(LocalProcessSpawner):
                     f.write(str(os.getpid()))
             if nproc:  # the user's processes on the whole machine, counted by the kernel even where no pids cgroup is
                 resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+            if nofile:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
             become()
             if folder:  # nbgrader reads the course's nbgrader_config.py from the folder it starts in
                 os.chdir(folder)
         return preexec
 
     async def stop(self, now=False):
-        await super().stop(now=now)
-        for group, count in cgroups.end(getattr(self, "cgroups", [])):
+        self.stopping = True
+        try:
+            await super().stop(now=now)
+        finally:
+            self.stopping = False
+        await self._end()
+
+    async def poll(self):
+        status = await super().poll()
+        ended = status is not None and not getattr(self, "stopping", False)
+        if ended and (getattr(self, "cgroups", None) or getattr(self, "relay", None)):
+            self.log.info("%s's server ended by itself (%s): ending what it left", self.user.name, status)
+            await self._end()
+        return status
+
+    async def _end(self):
+        """Every process the server left killed, its relay stopped and its groups removed; a line in the hub's log
+        for each group that could not be."""
+        relay = getattr(self, "relay", None)
+        groups = list(getattr(self, "cgroups", None) or []) + list(getattr(self, "above", None) or [])  # leaves first
+        self.relay, self.cgroups, self.above = None, [], []
+        if relay is not None and relay.poll() is None:
+            relay.kill()
+        if relay is not None:
+            await asyncio.to_thread(relay.wait)
+        for group, count in await asyncio.to_thread(cgroups.end, groups):
             self.log.error("%s's server stopped, but its cgroup %s could not be removed: %d processes are still in it",
                            self.user.name, group, count)
-        self.cgroups = []

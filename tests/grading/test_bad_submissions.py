@@ -803,7 +803,7 @@ def test_the_classmate_keeps_full_marks(bad_course, plain_nbgrader_course):
 
 def test_no_process_is_left_behind(bad_course, plain_nbgrader_course):
     # the sandbox's pid namespace ends with its kernel; as root, its pids cgroup is removed after
-    from autograder.grading.sandbox import PIDS
+    from autograder.grading.cgroups import PIDS
 
     left = []
     for pid in [p for p in os.listdir("/proc") if p.isdigit()]:

@@ -36,7 +36,8 @@ import requests
 
 from autograder import registry
 from autograder.grading.grade import read_problems
-from autograder.hub import cgroups, classroom, client
+from autograder.hub import bounds, cgroups, classroom, client, proxy, wall
+from autograder.hub.__main__ import CONFIG
 from autograder.hub.classroom import COURSE, EXCHANGE_MODES
 from autograder.release import fill_submission
 from conftest import ROOT, clone
@@ -83,6 +84,8 @@ class Hub:
                 pass
             time.sleep(1)
         else:
+            self.proc.kill()  # its hub gets SIGTERM (autograder.hub.__main__.stop_with_parent)
+            self.proc.wait()
             pytest.fail(f"the hub did not answer:\n{self.log.read_text()[-4000:]}")
         self.room = classroom.Classroom.load(self.state)
 
@@ -93,6 +96,18 @@ class Hub:
 
     def server(self, user):
         return client.server_url(user, self.port)
+
+    def token(self, user):
+        """An API token for `user`, made on the command line as the hub's administrator makes one: a student may
+        make none herself (autograder/hub/bounds.py), and the test drives her server with it."""
+        env = os.environ | {"SEQCOURSE_HUB_STATE": str(self.state)}
+        done = subprocess.run([sys.executable, "-m", "jupyterhub", "token", "-f", str(CONFIG), user], env=env,
+                              cwd=self.state / "hub", capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.split()[-1]
+
+    def proxy_pid(self):
+        return int(self.room.proxy_pid_file.read_text())
 
     def stop(self):
         """Ctrl-C, as a person stops it; what is left of the class's processes and cgroups afterwards."""
@@ -122,11 +137,16 @@ class User:
         r = self.s.post(f"{hub.url}/hub/login", data={"username": name, "password": hub.room.passwords[name],
                                                       "_xsrf": self.s.cookies.get("_xsrf", path="/hub/")})
         assert r.ok, r.text[:500]
-        r = self.s.post(f"{hub.url}/hub/api/users/{name}/tokens", json={"note": "test"},
-                        headers={"X-XSRFToken": self.s.cookies.get("_xsrf", path="/hub/")})
-        assert r.ok, r.text[:500]
-        self.token = r.json()["token"]
+        if hub.room.role(name) == "instructor":  # the instructor may make tokens; a student may not
+            r = self.s.post(f"{hub.url}/hub/api/users/{name}/tokens", json={"note": "test"}, headers=self.xsrf())
+            assert r.ok, r.text[:500]
+            self.token = r.json()["token"]
+        else:
+            self.token = hub.token(name)
         self.start()
+
+    def xsrf(self):
+        return {"X-XSRFToken": self.s.cookies.get("_xsrf", path="/hub/")}
 
     def start(self):
         self.s.post(f"{self.hub.url}/hub/api/users/{self.name}/server", headers=self.auth())
@@ -258,6 +278,30 @@ def until(ready, what):
 
 
 HEATMAP = "heatmap.html"
+# files she hands in beside her notebook, each named so that a Python started in that folder would run it: were any to
+# run as the instructor, it would leave its mark in the machine's /tmp (the instructor's to write, not hers)
+PLANTED = ("ipykernel_launcher.py", "torch.py", "sitecustomize.py")
+MARK = f"/tmp/seqcourse-hub-planted-{os.getpid()}-"
+# in the grading sandbox (issue 57's second attack): four children, each holding 1 GiB at once, the likeliest killed first
+MEMORY_ATTACK = """import os, time
+children = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        with open('/proc/self/oom_score_adj', 'w') as f:
+            f.write('1000')
+        block = b'\\1' * 2**30
+        time.sleep(10)
+        os._exit(0)
+    children.append(pid)
+held = sum(os.waitpid(pid, 0)[1] == 0 for pid in children)
+print(f'children that held 1 GiB: {held} of 4')
+"""
+
+
+def planted(name):
+    return (f"open({(MARK + name)!r}, 'w').write(__import__('getpass').getuser())\n"
+            + ("import runpy; runpy.run_module('ipykernel', run_name='__main__')\n" if name == "ipykernel_launcher.py" else ""))
 
 
 def hostile_notebook(released, solution, classmate_home, her_page):
@@ -273,6 +317,7 @@ def hostile_notebook(released, solution, classmate_home, her_page):
     code.outputs = [nbformat.v4.new_output("display_data", {"text/html": f"<script>{payload('hub-out')}</script>",
                                                             "text/plain": "x"})]
     nb.cells.append(code)
+    nb.cells.append(nbformat.v4.new_code_cell(MEMORY_ATTACK))
     for cell in nb.cells:  # and what it wrote in its exercises is all wrong: 0 points
         if cell.metadata.get("nbgrader", {}).get("solution"):
             cell.source = "raise ValueError('no')"
@@ -338,6 +383,8 @@ def term():
             released = students[ada].notebook(f"{NAME}/{NAME}.ipynb")
             students[ada].put_notebook(f"{NAME}/{NAME}.ipynb", fill_submission(released, solution))
             students[mallory].put_notebook(f"{NAME}/{NAME}.ipynb", hostile_notebook(released, solution, room.home(ada), her_page))
+            for name in PLANTED:
+                students[mallory].put_file(f"{NAME}/{name}", planted(name))
             for who, page in pages.items():  # submit in the Assignment List
                 press(page, "fetched_assignments_list", "Submit")
                 page.locator("#submitted_assignments_list .list_item", has_text=NAME).first.wait_for()
@@ -372,6 +419,25 @@ def term():
             shot(tpage, "instructor-formgrader.png")
             seen["formgrader_text"] = tpage.evaluate("() => document.body.textContent")
             seen["hostile_page"] = visit(tpage, formgrader + f"submissions/{ids[mallory]}/")
+
+            # issue 57, first: what she handed in beside her notebook, the instructor opening it in JupyterLab
+            submitted, autograded = (room.course_dir / kind / mallory / NAME for kind in ("submitted", "autograded"))
+            seen["handed_in"] = (sorted(os.listdir(submitted)), sorted(os.listdir(autograded)))
+            seen["opened"] = open_in_lab(tpage, hub, room, f"submitted/{mallory}/{NAME}/{NAME}.ipynb", "instructor-opens-submission.png")
+            teacher_pw = pwd.getpwnam(room.instructor)
+            for name in PLANTED:  # and beside it by hand, as an instructor who copied a submission in would
+                (submitted / name).write_text(planted(name))
+                os.chown(submitted / name, teacher_pw.pw_uid, teacher_pw.pw_gid)
+            seen["opened_planted"] = open_in_lab(tpage, hub, room, f"submitted/{mallory}/{NAME}/{NAME}.ipynb",
+                                                 "instructor-opens-planted-submission.png")
+            for name in PLANTED:
+                (submitted / name).unlink()
+            seen["planted_ran"] = [name for name in PLANTED if os.path.exists(MARK + name)]
+            # issue 57, second: her children's memory in grading's sandbox, under the instructor's account
+            graded = nbformat.read(autograded / f"{NAME}.ipynb", as_version=4)
+            seen["memory_attack"] = "".join(o.get("text", "") for c in graded.cells if c.cell_type == "code"
+                                            and "children that held" in c.source for o in c.get("outputs", []))
+            seen["instructor_groups"] = her_groups(room.instructor)
 
             # 1. a page of her server, in the instructor's browser: her configuration would serve it to anyone
             shell.run(f"mkdir -p ~/.jupyter ~/www && echo \"c.ServerApp.extra_static_paths = ['$HOME/www']\" > "
@@ -476,8 +542,7 @@ def term():
                                     "python daemons.py; nohup sh -c 'while :; do sleep 1000 & sleep 5; done' >/dev/null 2>&1 & "
                                     "sleep 2; ps -e --no-headers | wc -l")
         seen["alive_before_stop"] = len(processes_of([mallory]).splitlines())
-        hers = [Path("/sys/fs/cgroup", c, path.lstrip("/")) for _, c, path in (line.split(":", 2) for line in Path(
-            f"/proc/{server_pid(mallory)}/cgroup").read_text().split()) if path.startswith("/seqcourse-hub-")]
+        hers = her_groups(mallory)
         stopped_at = time.monotonic()
         students[mallory].stop()
         until(lambda: not processes_of([mallory]), "every process of hers to end")
@@ -494,6 +559,42 @@ def term():
                                          f"of='{course}/inbound/{mallory}+x+1+y/fill' bs=1M count=100 2>&1 | tail -1")
         seen["disk_image"] = room.volumes.image(mallory).stat().st_blocks * 512
         shell.run(f"rm -rf ~/fill '{course}/inbound/{mallory}+x+1+y'")
+
+        # issue 57: what the class shares, from her terminal. The hub's database and log first
+        db, log = room.hub_dir / "jupyterhub.sqlite", room.hub_dir / "hub.log"
+        sizes = db.stat().st_size, log.stat().st_size
+        seen["student_token"] = students[mallory].s.post(f"{hub.url}/hub/api/users/{mallory}/tokens", json={"note": "mine"},
+                                                         headers=students[mallory].xsrf()).status_code
+        students[mallory].put_file("flood.py", FLOOD)
+        seen["flood"] = shell.run("python flood.py", timeout=300)
+        seen["grown"] = (db.stat().st_size - sizes[0], log.stat().st_size - sizes[1])
+        # ports, files, terminals and socket memory
+        # (her own connections stall while the last part holds her socket memory: the script leaves its answer in a file)
+        students[mallory].put_file("tables.py", TABLES)
+        shell.run(f"(nohup python tables.py {hub.port} > tables.json 2>&1 &)")
+        answer = room.home(mallory) / "tables.json"
+        until(lambda: answer.exists() and answer.read_text().endswith("}\n"), "her tables' attack to end")
+        seen["tables"] = json.loads(answer.read_text())
+        shell = students[mallory].terminal()
+        memory_group = next(g for g in her_groups(mallory) if g.parent.name == "memory")
+        seen["tcp"] = tuple(int((memory_group / f).read_text()) for f in (
+            "memory.kmem.tcp.max_usage_in_bytes", "memory.kmem.tcp.limit_in_bytes"))
+        # the front door: her listener on the hub's port, then the proxy dies and the hub starts it again
+        shell.run(f"(nohup python -c 'import socket, time; s = socket.socket(); s.bind((\"127.0.0.1\", {hub.port})); "
+                  "s.listen(); time.sleep(300)' >/dev/null 2>&1 &)")
+        before = hub.proxy_pid()
+        os.kill(before, signal.SIGKILL)
+        until(lambda: room.proxy_pid_file.exists() and hub.proxy_pid() != before and login_page(hub) == 200,
+              "the hub to start its proxy again")
+        seen["front_door"] = ([(held.uid, held.pids) for held in proxy.listeners(hub.port)], hub.proxy_pid())
+        # namespaces and system calls a notebook does not need
+        seen["nested"] = shell.run("unshare -Urnm true; echo unshare=$?; python -c \"import ctypes; l = ctypes.CDLL(None, "
+                                   "use_errno=True); print('mount', l.mount(b'x', b'/tmp', b'tmpfs', 0, None), ctypes.get_errno())\"")
+        # her server, ended from inside: its groups go with it, and the log says so
+        hers = her_groups(mallory)
+        shell.run("((sleep 1; kill -9 $(pgrep -f bin/jupyterhub-singleuser)) >/dev/null 2>&1 &)")
+        until(lambda: not processes_of([mallory]) and not any(g.exists() for g in hers), "her groups' removal")
+        seen["ended_by_itself"] = (len(hers), hub.log.read_text())
 
         # 3. the checkout, from the make hub's own start: refused while other accounts could read it
         seen["room"], seen["port"] = room, hub.port
@@ -517,17 +618,129 @@ def term():
         ARTIFACTS.mkdir(parents=True, exist_ok=True)  # what each attack got, for a person to read (no token's value)
         (ARTIFACTS / "attacks.json").write_text(json.dumps({k: redacted(seen[k]) for k in (
             "click", "control", "tokens_added", "exchange_attack", "nproc", "threads_attack", "fill", "host_scratch",
-            "namespace_left", "alive_before_stop", "ended_in", "her_cgroups", "disk_home", "disk_inbound", "disk_image")},
+            "namespace_left", "alive_before_stop", "ended_in", "her_cgroups", "disk_home", "disk_inbound", "disk_image",
+            "handed_in", "planted_ran", "memory_attack", "student_token", "flood", "grown", "tables", "tcp", "front_door",
+            "nested")},
             indent=1, default=str))
         yield seen
     finally:
         socket.getaddrinfo = resolve
-        if hub is not None:
-            if hub.proc.poll() is None:
-                hub.stop()
-            classroom.remove(classroom.Classroom.load(hub.state), say=lambda *_: None)
-        shutil.rmtree(top, ignore_errors=True)
+        if hub is not None and hub.proc.poll() is None:
+            hub.stop()
+        left = ["the class"]
+        if (top / "state" / "hub" / "class.json").exists():  # made, even where the hub never answered
+            left = classroom.remove(classroom.Classroom.load(top / "state"), say=lambda *_: None)
+        if not left or not (top / "state").exists():  # never the disks' images while they are mounted
+            shutil.rmtree(top, ignore_errors=True)
         shutil.rmtree(private, ignore_errors=True)
+
+
+# from her terminal: four token requests with a 90 MiB note each, then a 60 kB URL, each to the hub's API through
+# her relay, with her server's own token; what the hub answered, in its first line
+FLOOD = r"""import os, socket
+api = os.environ['JUPYTERHUB_API_URL']
+port, me, token = int(api.split(':')[2].split('/')[0]), os.environ['JUPYTERHUB_USER'], os.environ['JUPYTERHUB_API_TOKEN']
+CRLF = '\r\n'
+
+def ask(head, body=b''):
+    with socket.create_connection(('127.0.0.1', port), timeout=60) as s:
+        try:
+            s.sendall(head.replace('\n', CRLF).encode())
+            s.sendall(body)
+        except OSError:
+            pass
+        try:
+            return s.recv(200).decode('latin-1').split(CRLF)[0] or 'closed'
+        except OSError as e:
+            return 'closed (%s)' % e.strerror
+
+note = b'{"note": "' + b'x' * (90 * 2**20) + b'"}'
+for _ in range(4):
+    print('TOKEN', ask('POST /hub/api/users/%s/tokens HTTP/1.1\nHost: 127.0.0.1\nAuthorization: token %s\n'
+                       'Content-Type: application/json\nContent-Length: %d\n\n' % (me, token, len(note)), note))
+print('URL', ask('GET /hub/api/' + 'a' * 60000 + ' HTTP/1.1\nHost: 127.0.0.1\n\n'))
+"""
+# from her terminal: as many loopback ports, open files and pseudo-terminals as she can hold, the hub's public port
+# in her own network, and 200 loopback connections written to and never read
+TABLES = r"""import json, os, socket, sys
+got, held = {}, []
+try:
+    for port in range(20000, 30000):
+        s = socket.socket()
+        s.bind(('127.0.0.1', port))
+        held.append(s)
+except OSError as e:
+    got['ports_stopped'] = e.strerror
+got['ports'] = len(held)
+for s in held:
+    s.close()
+door = socket.socket()
+door.bind(('127.0.0.1', int(sys.argv[1])))
+door.listen()
+got['front_door'] = 'bound'
+fds = []
+try:
+    while len(fds) < 400000:
+        fds.append(os.open('/dev/null', os.O_RDONLY))
+except OSError as e:
+    got['files_stopped'] = e.strerror
+got['files'] = len(fds)
+for fd in fds:
+    os.close(fd)
+ptys = []
+try:
+    while len(ptys) < 5000:
+        ptys.append(os.openpty())
+except OSError as e:
+    got['ptys_stopped'] = e.strerror
+got['ptys'] = len(ptys)
+for pair in ptys:
+    os.close(pair[0]), os.close(pair[1])
+server = socket.socket()
+server.bind(('127.0.0.1', 0))
+server.listen(512)
+pairs, queued = [], 0
+for _ in range(200):
+    c = socket.create_connection(server.getsockname())
+    pairs.append((c, server.accept()[0]))
+    c.setblocking(False)
+    try:
+        while True:
+            queued += c.send(b'x' * 2**16)
+    except OSError:
+        pass
+got['queued'] = queued
+for pair in pairs:  # her server's own connections (her terminal's among them) share what these hold
+    pair[0].close(), pair[1].close()
+print(json.dumps(got))
+"""
+
+
+def her_groups(user):
+    """The cgroups `user`'s server runs in (version 1: one folder a controller)."""
+    return [Path("/sys/fs/cgroup", c, path.lstrip("/")) for _, c, path in (line.split(":", 2) for line in Path(
+        f"/proc/{server_pid(user)}/cgroup").read_text().split()) if path.startswith("/seqcourse-hub-")]
+
+
+def login_page(hub):
+    try:
+        return requests.get(f"{hub.url}/hub/login", timeout=5).status_code
+    except requests.ConnectionError:
+        return None
+
+
+def open_in_lab(page, hub, room, path, picture):
+    """The instructor opens `path` (in their course) in JupyterLab, as a person does, and waits for its kernel to
+    start or be refused; what the page then says."""
+    lab = page.context.new_page()
+    lab.set_default_timeout(WAIT_MS)
+    lab.goto(hub.server(room.instructor) + f"lab/tree/{path}")
+    lab.wait_for_selector(".jp-Notebook")
+    lab.wait_for_timeout(10_000)
+    shot(lab, picture)
+    text = lab.evaluate("() => document.body.innerText")
+    lab.close()
+    return text
 
 
 def redacted(value):
@@ -785,3 +998,57 @@ def test_7_her_home_and_her_submissions_stop_at_her_disk(term):
     in_home, in_inbound = (int(re.search(r"(\d+) bytes", text).group(1)) for text in (home, inbound))
     assert 0 < in_home < DISK and in_home + in_inbound < DISK, (home, inbound)
     assert term["disk_image"] <= DISK  # what the machine's disk holds of hers
+
+
+# --- issue 57: nothing she hands in runs as the instructor, and no table the machine shares is hers to fill
+
+
+def test_8_nothing_she_hands_in_beside_her_notebook_runs_as_the_instructor(term):
+    submitted, autograded = term["handed_in"]
+    assert not set(PLANTED) & set(submitted) and not set(PLANTED) & set(autograded), term["handed_in"]
+    assert f"{NAME}.ipynb" in submitted and f"{NAME}.ipynb" in autograded
+    assert term["planted_ran"] == [], term["planted_ran"]  # opened in JupyterLab, as handed in and with them planted
+    assert "sandbox" in term["opened_planted"], term["opened_planted"][-2000:]  # the kernel refused, saying why
+
+
+def test_9_grading_under_the_hub_bounds_her_submission_s_memory(term):
+    held = re.search(r"children that held 1 GiB: (\d) of 4", term["memory_attack"])
+    assert held and int(held.group(1)) <= 1, term["memory_attack"]  # 2048 MB for the sandbox: one GiB at a time
+    assert {g.parent.name for g in term["instructor_groups"]} >= {"memory", "pids"}, term["instructor_groups"]
+
+
+def test_10_she_grows_neither_the_hub_s_database_nor_its_log(term):
+    assert term["student_token"] == 403
+    out, _ = term["flood"]
+    answers = re.findall(r"^(TOKEN|URL) (.*)$", out, re.M)
+    assert len(answers) == 5 and not any(" 201 " in a or " 200 " in a for _, a in answers), out
+    grown_db, grown_log = term["grown"]
+    assert grown_db < 2**20 and grown_log < 64 * 2**10, term["grown"]
+    assert bounds.BODY_BYTES < 90 * 2**20 and bounds.HEADER_BYTES < 60_000
+
+
+def test_11_ports_files_terminals_and_socket_memory_are_hers_alone(term):
+    tables = term["tables"]
+    assert tables["front_door"] == "bound", tables  # the hub's public port, in her own network: the proxy holds the machine's
+    assert tables["ports_stopped"] == "Too many open files" and tables["ports"] < 4096, tables  # one process's files
+    assert tables["files_stopped"] == "Too many open files" and tables["files"] < 4096, tables
+    assert tables["ptys_stopped"] == "No space left on device" and tables["ptys"] < wall.pty_count(2), tables
+    peak, limit = term["tcp"]
+    # the kernel charges a socket's buffers ahead, and lets a few pages past the limit rather than drop what it holds
+    assert limit == MEM // 4 and peak <= 1.02 * limit and tables["queued"] <= limit, (term["tcp"], tables["queued"])
+
+
+def test_12_the_front_door_is_the_proxy_s_after_it_restarts(term):
+    held, pid = term["front_door"]
+    assert held and all(uid == 0 and pid in pids for uid, pids in held), term["front_door"]
+
+
+def test_13_her_wall_makes_no_namespace_and_no_mount(term):
+    out, _ = term["nested"]
+    assert "unshare=1" in out and "mount -1 1" in out, out
+
+
+def test_14_a_server_that_ends_itself_ends_its_groups(term):
+    count, log = term["ended_by_itself"]
+    assert count == 4, count
+    assert "ended by itself" in log and "could not be removed" not in log

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grading import limits, sandbox
+from autograder.grading import cgroups, limits, sandbox
 from conftest import ROOT
 from test_exchange import unix_users
 
@@ -27,11 +27,11 @@ pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not all(map(shutil.which, ("useradd", "setpriv", "unshare"))) or sandbox.problem() != "",
     reason="needs root (to make an account and hand it cgroups), useradd, setpriv, unshare and a sandbox that starts "
            f"here: {sandbox.problem() or 'not root, or a tool missing'}")
-V1 = not sandbox.unified()
-needs_v1_memory = pytest.mark.skipif(not (V1 and os.access(f"{sandbox.CGROUPS}/memory", os.W_OK)),
+V1 = not cgroups.unified()
+needs_v1_memory = pytest.mark.skipif(not (V1 and os.access(f"{cgroups.CGROUPS}/memory", os.W_OK)),
                                      reason="cgroup v1's memory hierarchy, writable by root (of version 2, only the delegation's rules are "
                                             "tested: test_on_cgroup_v2_a_delegated_group_hands_its_controllers_down)")
-UNIFIED_BESIDE_V1 = Path(sandbox.CGROUPS, "unified")  # a hybrid machine's version 2 hierarchy
+UNIFIED_BESIDE_V1 = Path(cgroups.CGROUPS, "unified")  # a hybrid machine's version 2 hierarchy
 
 # The submission: three children that each touch 1 GiB and hold it until all three have it or one of them is gone.
 HOG = r"""
@@ -73,10 +73,10 @@ GRADER = r"""
 import json, os, subprocess, sys, types
 from pathlib import Path
 from autograder.course import CourseError
-from autograder.grading import sandbox
+from autograder.grading import cgroups, sandbox
 
 args = json.loads(sys.argv[1])
-seen = {"problem": sandbox.problem(), "bound": sandbox.memory_bound(), "runs": {}}
+seen = {"problem": sandbox.problem(), "bound": cgroups.memory_bound(), "runs": {}}
 for name, code in args["runs"].items():
     box = sandbox.Sandbox(None, args["folder"], b"", types.SimpleNamespace(**args["limits"]))
     try:
@@ -170,27 +170,27 @@ def swap_escapes(group):
 
 def remove(*groups):
     for group in groups:
-        sandbox.remove_cgroup(group)
+        cgroups.remove_cgroup(group)
     left = [str(g) for g in groups if Path(g).exists()]
     assert left == [], f"groups left: {left}"
 
 
 def limit_above(folder, top):
-    """The least memory limit of `folder` and its parents up to `top`, as sandbox.group_memory_limit reads it."""
+    """The least memory limit of `folder` and its parents up to `top`, as cgroups.group_memory_limit reads it."""
     values = [int(Path(f, "memory.limit_in_bytes").read_text()) for f in [folder, *folder.parents] if f == top or top in f.parents]
     return min(values)
 
 
 @needs_v1_memory
 def test_a_delegated_group_bounds_the_whole_sandbox_and_the_grader_survives():
-    """The account's groups are root's delegation (sandbox.delegate), as `make hub` gives the instructor's server:
+    """The account's groups are root's delegation (cgroups.delegate), as `make hub` gives the instructor's server:
     each sandbox's memory and pids groups are made inside them, and three children touching 1 GiB each never hold
     more than Limits.sandbox_memory_mb together; its tmpfs counts too."""
     with unix_users("grader") as accounts:
         pw = pwd.getpwnam(accounts["grader"])
-        delegated = [made_group(Path(sandbox.CGROUPS, c), "sandbox-test") for c in ("memory", "pids")]
+        delegated = [made_group(Path(cgroups.CGROUPS, c), "sandbox-test") for c in ("memory", "pids")]
         try:
-            join = [sandbox.delegate(g, pw.pw_uid, pw.pw_gid) for g in delegated]
+            join = [cgroups.delegate(g, pw.pw_uid, pw.pw_gid) for g in delegated]
             assert join == [str(g) for g in delegated]
             for group in delegated:  # what moves processes is the account's; the group's own limits stay root's
                 assert {f: (group / f).stat().st_uid for f in ("cgroup.procs", "tasks", ".")} == dict.fromkeys(
@@ -218,7 +218,7 @@ def test_without_a_group_of_its_own_the_graders_group_s_limit_bounds_it_and_the_
     kills when it is reached, not the grader."""
     container_limit = 1536 * 2**20
     with unix_users("grader") as accounts:
-        container = made_group(Path(sandbox.CGROUPS, "memory"), "sandbox-test", {
+        container = made_group(Path(cgroups.CGROUPS, "memory"), "sandbox-test", {
             "memory.limit_in_bytes": container_limit, "memory.memsw.limit_in_bytes": container_limit})
         try:
             seen, lim = grade_as(accounts["grader"], {"hog": HOG}, [container])
@@ -236,11 +236,11 @@ def test_without_a_group_of_its_own_the_graders_group_s_limit_bounds_it_and_the_
 def test_where_nothing_bounds_its_memory_grading_refuses_and_says_how_to_get_a_bound(tmp_path):
     """The same account in a group that is not its own and has no limit: no sandbox starts, through the Sandbox, the
     probe `grade` and plain nbgrader ask first, or `python -m autograder grade`; and the message says what to do."""
-    top = Path(sandbox.CGROUPS, "memory")
+    top = Path(cgroups.CGROUPS, "memory")
     with unix_users("grader") as accounts:
         plain = made_group(top, "sandbox-test")
         try:
-            if limit_above(plain, top) < sandbox._machine_memory():
+            if limit_above(plain, top) < cgroups._machine_memory():
                 pytest.skip("this machine's own cgroup has a memory limit: a grader in it is bounded, and not refused")
             seen, _ = grade_as(accounts["grader"], {"hog": HOG}, [plain])
             course = Path(tempfile.mkdtemp(prefix="seqcourse-course-"))
@@ -255,7 +255,8 @@ def test_where_nothing_bounds_its_memory_grading_refuses_and_says_how_to_get_a_b
             remove(plain)
     said = seen["problem"]
     assert said.startswith("grading cannot bound the memory of a sandbox: grader") and seen["bound"] == "", said
-    for how in ("Grade as root", "make hub", "systemd-run --user --scope -p Delegate=yes", "sandbox.delegate", "--no-sandbox"):
+    for how in ("Grade as root", "make hub", "systemd-run --user --scope -p Delegate=yes", "autograder.grading.cgroups.delegate",
+                "--no-sandbox"):
         assert how in said, how
     assert seen["runs"]["hog"] == {"refused": said}
     assert cli.returncode == 2 and f"error: {said}" in cli.stderr and not graded, cli.stderr[-2000:]
@@ -278,16 +279,16 @@ def test_on_cgroup_v2_a_delegated_group_hands_its_controllers_down():
     script = r"""
 import json, subprocess, sys
 from pathlib import Path
-from autograder.grading import sandbox
+from autograder.grading import cgroups
 top = sys.argv[1]
-groups = sandbox.make_cgroups({"hugetlb": {"hugetlb.2MB.max": 0}}, root=top)
+groups = cgroups.make_cgroups({"hugetlb": {"hugetlb.2MB.max": 0}}, root=top)
 v2 = lambda text: [line for line in text.splitlines() if line.startswith("0::")]
 joined = [v2(subprocess.run(["sh", "-c", 'echo $$ > "$1" && cat /proc/self/cgroup', "join", str(Path(g, "cgroup.procs"))],
                             capture_output=True, text=True).stdout) for g in groups]
 seen = {"groups": groups, "max": [Path(g, "hugetlb.2MB.max").read_text().strip() for g in groups], "joined": joined,
         "mine": v2(open("/proc/self/cgroup").read())}
 for g in groups:
-    sandbox.remove_cgroup(g)
+    cgroups.remove_cgroup(g)
 print(json.dumps(seen))
 """
     try:
@@ -298,8 +299,8 @@ print(json.dumps(seen))
                 group = made_group(top, "sandbox-test")
                 try:
                     if how == "delegate":
-                        join = sandbox.delegate(group, pw.pw_uid, pw.pw_gid, controllers=("hugetlb",))
-                        assert Path(join) == group / sandbox.LEAF and "hugetlb" in (group / "cgroup.subtree_control").read_text()
+                        join = cgroups.delegate(group, pw.pw_uid, pw.pw_gid, controllers=("hugetlb",))
+                        assert Path(join) == group / cgroups.LEAF and "hugetlb" in (group / "cgroup.subtree_control").read_text()
                         assert (group / "hugetlb.2MB.max").stat().st_uid == 0  # its own limit stays root's
                     else:  # as systemd hands a scope with Delegate=yes over: the kernel's list, processes in the group
                         for path in (group, *(group / f for f in ("cgroup.procs", "cgroup.threads", "cgroup.subtree_control"))):
@@ -317,4 +318,4 @@ print(json.dumps(seen))
         inside = f"/{group.name}/"
         assert [Path(g).parent for g in saw["groups"]] == [group] and saw["max"] == ["0"], (how, saw)
         assert saw["joined"] == [[f"0::{inside}{Path(saw['groups'][0]).name}"]], (how, saw)
-        assert saw["mine"] == [f"0::{inside}{sandbox.LEAF}"], (how, saw)  # the grader itself, in the leaf
+        assert saw["mine"] == [f"0::{inside}{cgroups.LEAF}"], (how, saw)  # the grader itself, in the leaf
