@@ -1,8 +1,12 @@
 """`make hub`'s command line and choices that need no hub (tests/grading/test_hub.py runs the hub itself)."""
 import os
 import shutil
+import signal
 import stat
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -172,3 +176,20 @@ def test_make_hub_finds_out_before_the_class_starts_whether_a_student_s_server_c
     assert wall.problem(nobody) == ""  # this machine can: CI's and a class's
     monkeypatch.setenv("PATH", "/nonexistent")
     assert "bubblewrap could not start as" in wall.problem(nobody)
+
+
+def test_what_runs_the_class_s_proxy_is_ended_and_nothing_else(tmp_path):
+    script = tmp_path / "configurable-http-proxy"
+    script.write_text("import time\ntime.sleep(600)\n")
+    proxy = subprocess.Popen([sys.executable, str(script)])
+    other = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep(600)  # {script}"])
+    try:
+        for _ in range(100):  # until the interpreter has its command line
+            if str(script).encode() in Path(f"/proc/{proxy.pid}/cmdline").read_bytes():
+                break
+            time.sleep(0.05)
+        assert classroom.end_running(script) == [str(proxy.pid)]
+        assert proxy.wait(timeout=60) == -signal.SIGKILL and other.poll() is None
+    finally:
+        other.kill()
+        other.wait()

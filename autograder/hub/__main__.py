@@ -94,8 +94,10 @@ def free_port():
 
 
 def leftovers(hub_pid, room):
-    """After the hub: every process still in a cgroup it made, or of a student's account, killed; the groups
-    removed. Returns what could not be ended, each in a line."""
+    """After the hub: every process still in a cgroup it made, or of a student's account, or running the class's
+    proxy, killed; the groups removed. Returns what could not be ended, each in a line."""
+    for pid in classroom.end_running(room.proxy):
+        print(f"make hub: the hub's proxy (pid {pid}) outlived it, and was ended", file=sys.stderr, flush=True)
     left = [f"the cgroup {group} could not be removed: {n} processes are still in it" for group, n in cgroups.leftovers(hub_pid)]
     alive = classroom.end_processes(room.students)
     return left + ([f"{len(alive)} processes of the students' accounts would not end: {' '.join(alive[:10])}"] if alive else [])

@@ -20,6 +20,7 @@ holds the reference and the hidden cases: it must be one that no other account c
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import grp
 import hashlib
@@ -28,6 +29,7 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -410,6 +412,18 @@ def _run(cmd, cwd=None):
     if done.returncode:
         raise ClassError(f"{' '.join(map(str, cmd))} failed ({done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
     return done
+
+
+def end_running(program):
+    """Every process running `program` (a script's path: the program or its interpreter's first argument) killed;
+    the pids that were."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and os.fsencode(program) in (proc / "cmdline").read_bytes().split(b"\0")[:2]:
+                os.kill(int(proc.name), signal.SIGKILL)
+                found.append(proc.name)
+    return found
 
 
 def end_processes(users, tries=20):

@@ -157,6 +157,10 @@ class CheckedProxy(ConfigurableHTTPProxy):
         return [Server.from_url(self.public_url).port, Server.from_url(self.api_url).port]
 
     async def start(self):
+        if self._check_running_callback is not None:
+            # JupyterHub makes a new check at every start and stops only the newest: the older one, still running,
+            # would start the proxy again after the hub's clean-up has stopped it, and that proxy would outlive the hub
+            self._check_running_callback.stop()
         self._check_previous_process()  # a proxy a killed hub left still holds the ports: stopped first
         others, _ = door(self.ports)
         if others:

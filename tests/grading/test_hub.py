@@ -117,7 +117,8 @@ class Hub:
         except subprocess.TimeoutExpired:
             self.proc.kill()  # the hub, whose parent it was, gets SIGTERM (autograder.hub.__main__.stop_with_parent)
             self.proc.wait()
-        return processes_of(self.room.users), cgroups_left()
+        proxies = subprocess.run(["pgrep", "-a", "-f", str(self.room.proxy)], capture_output=True, text=True).stdout
+        return processes_of(self.room.users) + proxies, cgroups_left()
 
 
 def processes_of(users):
@@ -914,6 +915,7 @@ def test_ctrl_c_stops_the_hub_and_every_server(term):
     assert term["left"] == "" and term["cgroups"] == [], (term["left"], term["cgroups"])
     assert "The hub and every server it started have stopped." in term["log"]
     assert "could not be removed" not in term["log"] and "would not end" not in term["log"]
+    assert "outlived it" not in term["log"]  # the proxy, restarted once (attack 12), stopped with the hub
 
 
 def test_started_again_it_reuses_the_accounts_the_environments_the_disks_and_the_course(term):
