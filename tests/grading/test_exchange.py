@@ -333,7 +333,7 @@ def test_a_name_that_is_not_utf8_is_collected_without_a_crash(ex):
 def test_code_beside_her_notebook_is_left_out_of_submitted_and_named(ex):
     # she puts what Python would run for the instructor beside her notebook and submits it with nbgrader's own submit:
     # collect takes her notebook and the assignment's data file, and names what it left out
-    a, ada = "a_code", ex.accounts["ada"]
+    a = "a_code"
     ex.release(a, ["data/words.txt"])
     folder = ex.homes["ada"] / a
     planted = ["ipykernel_launcher.py", "torch.py", "sitecustomize.py", "helpers/__init__.py", "data/helper.py", "mine/notes.txt"]
