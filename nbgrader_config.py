@@ -77,13 +77,14 @@ from nbgrader.preprocessors import (  # noqa: E402
 from autograder.grading import ids, intake, sandbox  # noqa: E402
 from autograder.grading.pages import policy  # noqa: E402
 from autograder.grading.pages.inert import Inert  # noqa: E402
-from autograder.grading.nbgrader_ext import DeduplicateCells, GradeChecks, SandboxedExecute  # noqa: E402
+from autograder.grading.nbgrader_ext import DeduplicateCells, GradeChecks, SandboxedExecute, mend_setenv  # noqa: E402
 
 # A submission folder with a link, a device, a pipe or anything over the limits is refused before
 # anything copies it: by `nbgrader collect` out of the exchange, and by `nbgrader autograde`, which
 # then grades it as a notebook that says why (0 points).
 intake.guard()
 ids.guard()  # a folder under submitted/ whose name is no student id is graded under no name
+mend_setenv()  # NBGRADER_EXECUTION is unset again after an autograde or validate that raised
 c.ExchangeFactory.collect = "autograder.grading.exchange.Collect"  # ids from owners, times from the file system
 c.ExchangeFactory.release_assignment = "autograder.grading.exchange.ReleaseAssignment"  # a sticky, unlistable inbound
 

@@ -70,7 +70,13 @@ def test_a_quota_on_a_parent_group_counts(tmp_path):
     assert runtime.usable_cpus(**where) == 1
 
 
-def test_fit_threads_lowers_and_says_so_once_and_never_raises(tmp_path, threads):
+@pytest.fixture
+def not_grading(monkeypatch):
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.delenv("AUTOGRADER_QUICK", raising=False)
+
+
+def test_fit_threads_lowers_and_says_so_once_and_never_raises(tmp_path, threads, not_grading):
     torch.set_num_threads(2)
     said = []
     assert runtime.fit_threads(said.append, setting="auto", **cgroups(tmp_path, v2=1)) is None  # one thread: nothing to adjust
@@ -82,7 +88,7 @@ def test_fit_threads_lowers_and_says_so_once_and_never_raises(tmp_path, threads)
     assert torch.get_num_threads() == 1 and said == []
 
 
-def test_importing_the_course_fits_the_threads(tmp_path):
+def test_importing_the_course_fits_the_threads(tmp_path, not_grading):
     """What a notebook, a grading kernel and the commands do first: import course_lib, on a node with a quota."""
     where = cgroups(tmp_path, v1=1)
     code = (f"import course_lib.runtime as r, pathlib; r.CGROUP = pathlib.Path({str(where['cgroup'])!r}); "

@@ -5,7 +5,9 @@ GradeChecks writes every check cell's outcome from the comparison on the
 grader's side (autograder.grading.verdict), so plain `nbgrader autograde` and
 `python -m autograder grade` grade the same way.
 """
+import contextlib
 import json
+import os
 import time
 from pathlib import Path
 
@@ -20,6 +22,31 @@ from autograder.course import find_root
 from autograder.grading import replay, sandbox, verdict, views
 from autograder.grading.limits import Limits
 from autograder.record import MIME
+
+
+@contextlib.contextmanager
+def setenv(**values):
+    """nbgrader's utils.setenv, undone whatever happens inside. nbgrader's own (0.9) restores nothing when
+    the notebook's execution raises, and reads the old values by the new ones' names: one failed autograde
+    or validate in the formgrader left NBGRADER_EXECUTION set in the instructor's server, so every kernel
+    it started afterwards ran the notebooks on the grading budget."""
+    old = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def mend_setenv():
+    """Have nbgrader's Autograde and Validator use `setenv` (nbgrader_config.py calls this)."""
+    from nbgrader import utils
+
+    utils.setenv = setenv
 
 
 class SandboxedExecute(Execute):

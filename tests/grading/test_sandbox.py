@@ -221,3 +221,29 @@ def test_the_grading_page_states_the_limits_nbgrader_config_sets():
                  f"over {lim.frame_bytes / 2**20:.1f} MB from the kernel",
                  f"after {Grader.deadline(type('G', (), {'limits': lim})())} s"]:
         assert said in text, said
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_an_autograde_or_validate_that_raised_leaves_the_grading_budget_behind_in_no_process(tmp_path, monkeypatch, raises):
+    """The formgrader runs nbgrader in the instructor's server: NBGRADER_EXECUTION left set there would put every
+    notebook she runs afterwards on the grading budget (course_lib.runtime.grading). A missing kernel raises."""
+    from nbformat.v4 import new_code_cell, new_notebook
+    from nbgrader.validator import Validator
+
+    from autograder.nbgrader_api import load_config
+
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.setenv("NBGRADER_VALIDATING", "hers")
+    load_config(ROOT)  # the course's nbgrader_config.py, as every nbgrader command and the formgrader load it
+    kernel = "no-such-kernel" if raises else "python3"
+    seen = new_code_cell("import os\nassert os.environ.get('NBGRADER_EXECUTION') != 'validate', 'seen'", metadata={"nbgrader": {
+        "grade": True, "solution": False, "locked": True, "grade_id": "seen", "points": 1, "schema_version": 3}})
+    nbformat.write(new_notebook(cells=[seen], metadata={"kernelspec": {"name": kernel, "display_name": kernel, "language": "python"}}),
+                   tmp_path / "v.ipynb")
+    if raises:
+        with pytest.raises(Exception, match="no-such-kernel"):
+            Validator().validate(str(tmp_path / "v.ipynb"))
+    else:
+        failed = Validator().validate(str(tmp_path / "v.ipynb"))["failed"]  # the kernel had it
+        assert [f["source"] for f in failed] == [seen.source] and "AssertionError" in failed[0]["error"]
+    assert "NBGRADER_EXECUTION" not in os.environ and os.environ["NBGRADER_VALIDATING"] == "hers"
