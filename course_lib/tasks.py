@@ -2,7 +2,11 @@
 
 - Notebook 01's long-range dependency: "check whether the battery ... ran" ends
   in "down", "check whether the program ... ran" in "please", with as many
-  filler words between as you like.
+  filler words between as you like. The two sentences are Brandon Rohrer's
+  (Transformers from Scratch, 2021, https://e2eml.school/transformers.html),
+  also used in notebook 02; the task's shape, a class set by one early symbol
+  and then random distractors, is the latching problem of Bengio et al. (1994)
+  and experiment 2 of Hochreiter & Schmidhuber (1997).
 - Notebook 08's sanity tasks: copying and reversing strings of letters, and
   turning (source, target) strings into padded batches of ids.
 """
@@ -25,7 +29,7 @@ def long_range_batch(B, distance, generator=None):
     """Sentences "check whether the KEYWORD <distance filler words> ran" and their last word.
 
     The answer ("down" after battery, "please" after program) depends only on the
-    keyword, `distance` + 1 words before the end.
+    keyword, `distance` + 1 words before the end. (The sentences are Rohrer's, 2021.)
     returns tokens: (B, distance + 5) ids into LONG_RANGE_VOCAB, labels: (B,) ids into ANSWERS
     """
     index = {w: i for i, w in enumerate(LONG_RANGE_VOCAB)}

@@ -43,8 +43,8 @@ def amp_choice(dev, cpu=False):
     cpu=True is for models whose steps are mostly large matrix products (notebook 10's GPT: a step a quarter
     faster); a smaller model's step is mostly the casts, and stays in float32 (notebook 08's: 56 ms a step in
     float32, 81 to 96 ms under bfloat16 autocast, on 2 cores of an AMD EPYC with AVX512-BF16). Two loops keep
-    float32 on every machine, each saying why: notebook 01's recurrent cells, whose memory over 60 steps bfloat16
-    loses, and notebook 10's small pre-norm experiment. $SEQCOURSE_PRECISION overrides the rule (forced).
+    float32 on every machine, each saying why: notebook 01's small recurrent cells, so that the long-range figures
+    its text states (measured in float32) are what every machine shows, and notebook 10's small pre-norm experiment. $SEQCOURSE_PRECISION overrides the rule (forced).
     """
     force = forced()
     if force:

@@ -143,11 +143,16 @@ def cross_attention(model, src, ys, layer=-1, pad_id=0):
 def init_embeddings(model):
     """Draw the token embeddings with std d_model^-0.5, in place; returns the model.
 
-    The model multiplies embeddings by sqrt(d_model), so their entries then have
-    unit size, like the sinusoidal positions they are added to. With nn.Embedding's
-    default N(0, 1) the tokens would be sqrt(d_model) times louder than the
-    positions, and a small model confuses the order of digits (1998 -> 1989).
+    The model multiplies embeddings by sqrt(d_model), so their entries then have root
+    mean square 1, about the size of the sinusoidal positions they are added to
+    (1/sqrt(2), about 0.71). The paper's authors' Tensor2Tensor code pairs the factor
+    with this start, and fairseq draws its embeddings at the same scale. With
+    nn.Embedding's default N(0, 1), which notebook 07's Transformer keeps, the tokens
+    would have root mean square sqrt(d_model) (8 at d_model = 64, about 11 times the
+    positions'), and a small model confuses the order of digits (1998 -> 1989).
     """
-    for embedding in {model.src_embed, model.tgt_embed}:
+    # in a fixed order, the target's first, and once when they are one table: a set would draw them in the order of
+    # the objects' addresses, so that one seed could give two different models
+    for embedding in dict.fromkeys((model.tgt_embed, model.src_embed)):
         torch.nn.init.normal_(embedding.weight, std=embedding.embedding_dim**-0.5)
     return model

@@ -144,8 +144,9 @@ def test_the_attention_grid_reads_the_same_maps_from_the_stand_in_and_the_lesson
 
 @pytest.mark.slow
 def test_a_learner_who_completed_05_to_07_trains_their_own_transformer_to_99_percent(tmp_path, monkeypatch):
-    # notebook 08's recipe (solutions_lib.train runs the same one) on the classes of the learner's notebooks 04-07,
-    # here the solution notebooks' own cells
+    # the command's recipe, solutions_lib.train's defaults (warm-up 100, evaluation every 50 steps, a moving average of
+    # the weights; notebook 08 trains with warm-up 300, every 100 steps, no average), on the classes of the learner's
+    # notebooks 04-07, here the solution notebooks' own cells
     from solutions_lib.train import Config, fit
 
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
