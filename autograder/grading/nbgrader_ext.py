@@ -15,6 +15,7 @@ from nbclient.exceptions import DeadKernelError
 from nbformat.v4 import new_output
 from traitlets import Unicode
 
+from nbgrader import utils as nbgrader_utils
 from nbgrader.preprocessors import DeduplicateIds, Execute, NbGraderPreprocessor
 
 from autograder.checks import running
@@ -44,9 +45,7 @@ def setenv(**values):
 
 def mend_setenv():
     """Have nbgrader's Autograde and Validator use `setenv` (nbgrader_config.py calls this)."""
-    from nbgrader import utils
-
-    utils.setenv = setenv
+    nbgrader_utils.setenv = setenv
 
 
 class SandboxedExecute(Execute):
