@@ -105,16 +105,33 @@ def explain(report, passed):
     for part in ex.part_weights():
         mark = "✔" if report.part_ok(part) else "✘"
         if len(ex.part_weights()) > 1:
-            waits = part == DEVICE and not report.part_ok(part) and all(r.ok for r in report.results if r.case.part == part)
-            lines.append(f"  {mark} part: {part}" + (" (its cases ran right on the meta device, which has no values: it counts "
-                                                      "once the other parts pass)" if waits else ""))
+            lines.append(f"  {mark} part: {part}" + (_device_part(report) if part == DEVICE else ""))
     if broken and first.diagnosis:
         lines.append(f"  Note: this exercise uses {', '.join(broken)}, which has not passed its check yet; fix that first.")
     return lines, reason
 
 
-def _pts(x):
-    return f"{x:g}"
+def _device_part(report):
+    """What the part "device" means, in a learner's words: its cases hand the code inputs on another device than the
+    CPU (PyTorch's meta device, which has shapes but no values), as a GPU would."""
+    cases = [r for r in report.results if r.case.part == DEVICE]
+    if report.part_ok(DEVICE) or not cases:
+        return ""
+    if all(r.ok for r in cases):
+        return (" (its cases ran right: every tensor your code makes follows its inputs to their device; "
+                "these points count once the other parts pass)")
+    return (" (its cases hand your code inputs that are not on the CPU, as on a GPU: a tensor your code makes without "
+            "device= lands on the CPU, away from them, and on a GPU using the two together raises; make each with "
+            "device=x.device, x one of the inputs)")
+
+
+def points_text(x):
+    """Points as a learner reads them: a whole number as it is, a share of the parts to at most two decimals (7/3 is
+    2.33, never 2.3333)."""
+    return f"{round(float(x) + 0.0, 2) + 0.0:g}"
+
+
+_pts = points_text
 
 
 def _publish(report, reason, lines):

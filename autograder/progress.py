@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from autograder.api import RESULT_MIME
+from autograder.api import RESULT_MIME, points_text
 
 NAME = re.compile(r"^\d\d_\w+\.ipynb$")
 
@@ -52,7 +52,7 @@ def summary(path):
     else:
         name, r = todo
         nxt = f"{name}: " + ("not run yet" if r is None else r["status"] if r["status"] == "not implemented" else
-                             f"{r['status']}, {r['score']:g}/{r['points']:g}")
+                             f"{r['status']}, {points_text(r['score'])}/{points_text(r['points'])}")
     return (passed, len(cells), earned, points), nxt
 
 
@@ -62,18 +62,18 @@ def progress(folder="."):
     if not paths:
         return f"no course notebooks (NN_name.ipynb) under {Path(folder).resolve()}"
     width = max(len(p.stem) for p in paths)
-    lines = [f"{'notebook':<{width}}  {'exercises':>9}  {'points':>11}  next"]
+    lines = [f"{'notebook':<{width}}  {'exercises':>9}  {'points':>12}  next"]
     total = [0.0, 0.0]
     for path in paths:
         counts, nxt = summary(path)
         if counts is None:
-            lines.append(f"{path.stem:<{width}}  {'':>9}  {'':>11}  {nxt}")
+            lines.append(f"{path.stem:<{width}}  {'':>9}  {'':>12}  {nxt}")
             continue
         passed, n, earned, points = counts
         total[0] += earned
         total[1] += points
-        lines.append(f"{path.stem:<{width}}  {passed:>4} / {n:<2}  {earned:>5g} / {points:<3g}  {nxt}")
-    lines.append(f"{'total':<{width}}  {'':>9}  {total[0]:>5g} / {total[1]:<3g}")
+        lines.append(f"{path.stem:<{width}}  {passed:>4} / {n:<2}  {points_text(earned):>6} / {points_text(points):<3}  {nxt}")
+    lines.append(f"{'total':<{width}}  {'':>9}  {points_text(total[0]):>6} / {points_text(total[1]):<3}")
     if any(line.endswith(": not run yet") for line in lines):
         lines.append(NOT_RUN)
     return "\n".join(lines)

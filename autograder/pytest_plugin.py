@@ -28,7 +28,7 @@ class GradedCell(pytest.Item):
     def runtest(self):
         r = self.row
         if r["status"] != "passed":
-            raise GradedCellFailed(f"{r['score']:g}/{r['points']:g} points, {r['status']}: {r['reason']}")
+            raise GradedCellFailed(f"{round(r['score'], 2):g}/{r['points']:g} points, {r['status']}: {r['reason']}")
 
     def repr_failure(self, excinfo):
         if isinstance(excinfo.value, GradedCellFailed):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autograder.api import RESULT_MIME
+from autograder.api import RESULT_MIME, points_text
 
 
 @dataclass
@@ -67,14 +67,24 @@ def _one_line(text, limit=400):
 
 
 def table(rows, title=None):
-    """A plain-text table of CellResults."""
+    """A plain-text table of CellResults, its columns aligned whatever the points (fractions of parts to two
+    decimals: autograder.api.points_text)."""
     width = max([len(r.exercise) for r in rows] + [8])
-    lines = [title] if title else []
-    lines.append(f"{'exercise':<{width}}  {'points':>9}  {'status':<15}  reason")
-    for r in rows:
-        lines.append(f"{r.exercise:<{width}}  {r.score:>4g} / {r.points:<3g}  {r.status:<15}  {r.reason}")
     total, points = sum(r.score for r in rows), sum(r.points for r in rows)
-    lines.append(f"{'total':<{width}}  {total:>4g} / {points:<3g}")
+    scores = [points_text(r.score) for r in rows] + [points_text(total)]
+    outof = [points_text(r.points) for r in rows] + [points_text(points)]
+    left, right = max(map(len, scores)), max(map(len, outof))
+    column = max(left + 3 + right, len("points"))
+    left = column - 3 - right  # a wider header widens the scores' side
+
+    def pts(score, of):
+        return f"{score:>{left}} / {of:<{right}}"
+
+    lines = [title] if title else []
+    lines.append(f"{'exercise':<{width}}  {'points':^{column}}  {'status':<15}  reason")
+    for r, score, of in zip(rows, scores, outof):
+        lines.append(f"{r.exercise:<{width}}  {pts(score, of)}  {r.status:<15}  {r.reason}".rstrip())
+    lines.append(f"{'total':<{width}}  {pts(scores[-1], outof[-1])}".rstrip())
     lines += [charged_once_line(r) for r in rows if r.through]
     return "\n".join(lines)
 

@@ -231,20 +231,34 @@ class TinyGPT(nn.Module):
     forward(idx, targets=None, cache=None) -> (logits (B, T, V), None), where a cache is anything
     with length and extend(i, k, v), as the KVCache of notebook 10. More than block_size
     positions raise ValueError. dropout: the rate applied, in training mode only, to the embeddings
-    and to each block's two branches (0: none).
+    and to each block's two branches (0: none). counting: the model counts the calls it ran with
+    gradients on and the positions it computed, which the checks compare (what_it_saw): generation runs
+    without gradients, and a KV cache computes each position once.
     """
 
-    def __init__(self, V, d_model=16, h=2, N=2, block_size=12, seed=0, dropout=0.0):
+    def __init__(self, V, d_model=16, h=2, N=2, block_size=12, seed=0, dropout=0.0, counting=False):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         self.h, self.block_size, self.dropout = h, block_size, dropout
+        self.counts = {"calls with gradients on": 0, "positions computed": 0} if counting else None
         self.tokens = nn.Parameter(torch.randn(V, d_model, generator=g))
         self.positions = nn.Parameter(0.5 * torch.randn(block_size, d_model, generator=g))
         self.blocks = nn.ModuleList(_TinyBlock(d_model, g) for _ in range(N))
         self.unembed = nn.Parameter(torch.randn(V, d_model, generator=g))
 
+    def what_it_saw(self):
+        """{what: count} for the checks' comparison, when counting: the model's calls run with gradients on
+        (torch.no_grad() makes them 0), and the positions it computed, summed over its calls."""
+        if self.counts is None:
+            return {}
+        return {"model's calls with gradients on (torch.no_grad() makes them 0)": self.counts["calls with gradients on"],
+                "positions the model computed over all its calls (a KV cache computes each once)": self.counts["positions computed"]}
+
     def forward(self, idx, targets=None, cache=None):
         start, T = (0 if cache is None else cache.length), idx.size(1)
+        if self.counts is not None:
+            self.counts["calls with gradients on"] += torch.is_grad_enabled()
+            self.counts["positions computed"] += T
         if start + T > self.block_size:
             raise ValueError(f"{start + T} positions, but the model has block_size = {self.block_size}")
         p = self.dropout if self.training else 0.0  # dropout acts in training mode only

@@ -243,9 +243,11 @@ def fell_short(steps, seconds, assumed_steps, tokens_per_step, assumed_seconds, 
 
 
 def claim(holds, what, short=""):
-    """A claim of the text, checked in a full run: an AssertionError naming it when it fails, unless the run fell
-    short of what the text assumes (`short`, from fell_short): then it says so and the notebook goes on."""
+    """A claim of the text, checked in a full run: `✔ what` when it holds, so that a cell whose every claim holds
+    still shows what it checked; an AssertionError naming it when it fails, unless the run fell short of what the
+    text assumes (`short`, from fell_short or busy): then it says so and the notebook goes on."""
     if holds:
+        print(f"✔ {what}")
         return True
     if short:
         print(f"Not shown on this machine: {what}. {short}")

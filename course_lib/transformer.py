@@ -48,12 +48,15 @@ class Transformer(nn.Module):
     decode(memory, tgt, src_mask, tgt_mask) -> logits, forward(src, tgt, src_mask, tgt_mask).
     Masks follow the course (True = allowed); the causal mask is always applied.
     Submodules: src_embed, tgt_embed, encoder, decoder (PyTorch's), out.
+    counting: the model counts the calls of encode and decode it ran with gradients on, which the checks
+    compare (what_it_saw): decoding runs without gradients.
     """
 
     def __init__(self, src_vocab, tgt_vocab, *, d_model=512, h=8, d_ff=2048, N=6, dropout=0.1, max_len=512,
-                 tie_weights=False, share_embeddings=False):
+                 tie_weights=False, share_embeddings=False, counting=False):
         super().__init__()
         self.d_model, self.h = d_model, h
+        self.calls_with_gradients = 0 if counting else None
         self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
         self.src_embed = self.tgt_embed if share_embeddings else nn.Embedding(src_vocab, d_model)
         layer = dict(d_model=d_model, nhead=h, dim_feedforward=d_ff, dropout=dropout, batch_first=True)
@@ -70,16 +73,29 @@ class Transformer(nn.Module):
         x = embedding(tokens) * math.sqrt(self.d_model) + self.pe[: tokens.size(1)].to(embedding.weight.dtype)
         return self.dropout(x)
 
+    def what_it_saw(self):
+        """{what: count} for the checks' comparison, when counting: the calls of encode and decode run with
+        gradients on (torch.no_grad() makes them 0)."""
+        if self.calls_with_gradients is None:
+            return {}
+        return {"model's calls with gradients on (torch.no_grad() makes them 0)": self.calls_with_gradients}
+
+    def _count(self):
+        if self.calls_with_gradients is not None:
+            self.calls_with_gradients += torch.is_grad_enabled()
+
     def _pytorch_mask(self, allowed, B, T_q, T_k):
         return None if allowed is None else hidden_positions(allowed, B, self.h, T_q, T_k)[0]
 
     def encode(self, src, src_mask=None):
         """(B, T_src) tokens -> memory (B, T_src, d_model)."""
+        self._count()
         B, T = src.shape
         return self.encoder(self.embed(self.src_embed, src), mask=self._pytorch_mask(src_mask, B, T, T))
 
     def decode(self, memory, tgt, src_mask=None, tgt_mask=None):
         """Logits (B, T_tgt, tgt_vocab) for the next token at every target position."""
+        self._count()
         (B, T), T_src = tgt.shape, memory.size(1)
         allowed = causal_mask(T, device=tgt.device)
         if tgt_mask is not None:

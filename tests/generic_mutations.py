@@ -3,7 +3,8 @@
 A catalogue names the mistakes someone thought of; these are the mistakes nobody listed, made the same
 way for every exercise: a weight transposed, the output shifted along time, a softmax or sum over the
 neighbouring axis, a bias dropped, the output scaled by sqrt(d), two arguments swapped, an unsqueeze
-forgotten, a size read from the neighbouring axis; a function returning one number called one step on, or
+forgotten, a size read from the neighbouring axis or the axis before, torch.arange(s, s + T) as torch.arange(s, T), a
+min(a, b) cap dropped; a function returning one number called one step on, or
 with an expression grouped another way; a module with a residual connection left out. Each is an edit of the reference's own source (or, for the shift and the scale, of its output),
 checked on the public cases as a learner's code is. The check's message is then
 
@@ -47,6 +48,10 @@ KINDS = {  # the kind of a mutation: words a right sentence about it uses
     "regroup an expression": ("grouped as",),
     "remove a residual": ("residual",),
     "size from the neighbouring axis": ("where the text's",),
+    # issue 59's three, named wrongly once (B for h where B = h, arguments swapped, B for V): now named right or not at all
+    "size from the axis before": ("where the text's",),  # KVCache.length reading size(1), the heads, for size(2)
+    "arange to its length": ("arange(start, T)", "positions", "arange("),  # torch.arange(s, s + T) as torch.arange(s, T)
+    "a cap dropped": ("exceed", "cap", "min("),  # min(top_k, V) as top_k
 }
 ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow)
 REDUCTIONS = {"softmax", "log_softmax", "sum", "mean", "cumsum", "amax", "max", "argmax", "logsumexp", "norm"}
@@ -94,6 +99,15 @@ def _sites(tree):
                     found.append(("remove a residual", node, lambda n, b=branch is node.right: n.right if b else n.left))
         if _size_index(node) is not None:
             found.append(("size from the neighbouring axis", node, _neighbouring_size))
+            if _size_index(node) not in (0, -1):
+                found.append(("size from the axis before", node, _size_before))
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.arange" and len(node.args) == 2 \
+                and isinstance(node.args[1], ast.BinOp) and isinstance(node.args[1].op, ast.Add) \
+                and ast.unparse(node.args[1].left) == ast.unparse(node.args[0]):
+            found.append(("arange to its length", node, lambda n: ast.Call(n.func, [n.args[0], n.args[1].right], n.keywords)))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "min" and len(node.args) == 2 \
+                and not node.keywords:
+            found.append(("a cap dropped", node, lambda n: n.args[0]))
         if isinstance(node, ast.Call):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             if name == "unsqueeze":
@@ -153,6 +167,18 @@ def _neighbouring_size(node):
     i = _size_index(node)
     node = copy.deepcopy(node)
     new = ast.Constant(i - 1 if i < 0 else i + 1)
+    if isinstance(node, ast.Call):
+        node.args[0] = new
+    else:
+        node.slice = new
+    return node
+
+
+def _size_before(node):
+    """x.size(i) as x.size(i - 1), counting from the front (from the end: i + 1 is the axis before)."""
+    i = _size_index(node)
+    node = copy.deepcopy(node)
+    new = ast.Constant(i + 1 if i < 0 else i - 1)
     if isinstance(node, ast.Call):
         node.args[0] = new
     else:

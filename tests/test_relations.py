@@ -176,7 +176,7 @@ def test_axis_names_come_from_the_references_docstring():
 def learners(name, old, new):
     """The reference of exercise `name` with one edit, as a learner would write it."""
     ex = registry.get(name)
-    return ex, mutant(ex.reference, swap(old, new), f"learner's {name}")
+    return ex, mutant(getattr(ex.reference, "__wrapped__", ex.reference), swap(old, new), f"learner's {name}")
 
 
 def failure_of(name, fn, monkeypatch):
@@ -314,7 +314,7 @@ def test_an_index_on_the_wrong_axis_shows_the_sizes(monkeypatch):
 def test_a_dim_is_named_by_the_docstrings_axes(monkeypatch):
     lines = lines_of("KVCache", "torch.cat([self.keys[i], k], dim=2), torch.cat([self.values[i], v], dim=2)",
                      "torch.cat([self.keys[i], k], dim=1), torch.cat([self.values[i], v], dim=1)", monkeypatch)
-    assert "      self.keys[i]: (2, 2, 3, 4) float32; the docstring says (B, h, T_cached, d_k)" in lines
+    assert "      self.keys[i]: (3, 2, 3, 4) float32; the docstring says (B, h, T_cached, d_k)" in lines
     assert lines[-1] == "    dim=1 is axis h of self.keys[i]'s (B, h, T_cached, d_k)"
 
 
@@ -573,3 +573,119 @@ def test_an_edit_that_loops_is_left_out_by_counting_its_turns_not_by_the_clock(m
     assert edits.edit_outcomes(ex, case, lambda ex, case: [(name, "continue.", impl)]) == {}
     outcome = edits._run_edit(ex, edits.compiled(ex.reference, edits.source_tree(ex.reference)), case, None)  # no edit
     assert outcome.error is None and outcome.outputs == edits.reference_outcome(ex, case)[0].outputs
+
+
+# ---------------------------------------------------------------- issue 59: a name only where the output proves it
+
+
+def test_a_size_read_from_the_heads_is_named_as_the_heads_not_as_len(monkeypatch):
+    """KVCache.length reading size(1), the heads axis: on a case where B = h the catalogue's len (the batch) computes the
+    same, and was said; the first case has B != h, and a mistake that is wrong where the learner is right is no name."""
+    ex, fn = learners("KVCache", "self.keys[0].size(2)", "self.keys[0].size(1)")
+    failure = check_exercise(ex, fn).failures()[0]
+    assert failure.diagnosis == ""
+    assert "with h where the text's T_cached belongs" in failure.relation, failure.relation
+    assert all(("B=" not in c.label) or c.make().args[0].B != c.make().args[0].h for c in ex.cases() if not c.hidden)
+
+
+def test_an_edit_that_goes_wrong_where_the_learner_is_right_is_not_named(monkeypatch):
+    """arange(start, T) raises as arange(start + T, start) does once a cache holds positions, but is right where start
+    is 0, which the swapped arguments are not: not named so; the catalogue names it."""
+    ex, fn = learners("GPT", "torch.arange(start, start + T,", "torch.arange(start, T,")
+    failure = check_exercise(ex, fn).failures()[0]
+    assert "swapped" not in failure.relation and failure.diagnosis == next(m.says for m in ex.mistakes if m.name == "positions_end_at_T")
+    monkeypatch.setattr(ex, "mistakes", ())
+    assert "swapped" not in check_exercise(ex, fn).failures()[0].relation
+
+
+def test_top_k_with_no_cap_at_V_is_not_named_a_size_of_B(monkeypatch):
+    """topk(top_k) where top_k > V raises as topk(min(top_k, B)) does; a case with B < top_k < V tells them apart."""
+    ex, fn = learners("sample_next", "logits.topk(min(top_k, logits.size(-1)), dim=-1)", "logits.topk(top_k, dim=-1)")
+    failure = check_exercise(ex, fn).failures()[0]
+    assert failure.diagnosis == next(m.says for m in ex.mistakes if m.name == "top_k_uncapped")
+    monkeypatch.setattr(ex, "mistakes", ())
+    assert "where the text's V" not in check_exercise(ex, fn).failures()[0].relation
+
+
+@pytest.mark.parametrize("name, old, new, mistake", [
+    ("sample_next", "min(top_k, logits.size(-1))", "min(top_k + 1, logits.size(-1))", "top_k_one_too_many"),
+    ("sample_next", "logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]",
+     "logits.sort(dim=-1).values[:, top_k - 1 : top_k]", "top_k_smallest"),
+    ("sample_next", "logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]",
+     "logits.sort(dim=-1, descending=True).values[:, top_k : top_k + 1]", "top_k_one_too_many"),
+    ("beam_generate", "return ys[:1], scores[0].item()", "return ys[:1], scores[0].item() / ys[:, idx.size(1):].size(1)",
+     "score_normalised"),
+    ("get_batch", "(B,), generator=generator).to(", "(B,)).to(", "generator_ignored"),
+    ("exact_match", "p = p[: p.index(eos_id) + 1] if eos_id in p else p + [None]\n        hits += p == t[: t.index(eos_id) + 1]",
+     "p = p[: p.index(eos_id)] if eos_id in p else p\n        hits += p == t[: t.index(eos_id)]", "before_eos"),
+])
+def test_mirror_images_are_named_together(name, old, new, mistake):
+    """Where the catalogue names a mistake, its mirror image is named too (k - 1 and k + 1, descending and ascending, a
+    score normalised or not), also when the learner writes it otherwise than the catalogue's edit."""
+    ex, fn = learners(name, old, new)
+    report = check_exercise(ex, fn)
+    assert report.fraction < 1 and report.failures()[0].diagnosis == next(m.says for m in ex.mistakes if m.name == mistake)
+
+
+def test_the_mirror_images_of_top_p_and_bpe_are_named():
+    from autograder.assignments.a09_bpe_tokenization import encode_whole_text
+
+    ex = registry.get("sample_next")
+    fn = mutant(ex.reference, swap("logits = logits.float() / temperature", "logits = logits.float()")
+                & swap("torch.multinomial(logits.softmax(dim=-1), 1,", "torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1,"),
+                "learner's")
+    assert check_exercise(ex, fn).failures()[0].diagnosis == next(m.says for m in ex.mistakes if m.name == "top_p_before_temperature")
+    ex = registry.get("encode")
+    assert check_exercise(ex, encode_whole_text).failures()[0].diagnosis == next(m.says for m in ex.mistakes if m.name == "whole_text")
+
+
+def test_a_generator_among_the_inputs_says_its_seed():
+    from autograder.checks.comparing import describe_inputs
+    from autograder.checks.cases import Call
+
+    lines = describe_inputs(Call((torch.zeros(3),), {"generator": torch.Generator().manual_seed(3)}), ["x"])
+    assert lines == ["x: (3,) float32 = [0, 0, 0]", "generator: a torch.Generator seeded 3"]
+
+
+def test_the_where_list_shows_the_values_of_the_turn_that_raised():
+    """A line that assigns to a name raised before assigning it: the name still holds the last turn's value, which the
+    where list leaves out; the names the line reads are this turn's."""
+    from autograder.checks.raised import raised_at
+
+    def learner(xs):
+        out = None
+        for x in xs:
+            out = x @ torch.ones(3, 2)
+        return out
+
+    try:
+        learner([torch.zeros(4, 3), torch.zeros(5, 7)])
+    except RuntimeError as e:
+        lines = raised_at(e, learner)
+    assert "  x: (5, 7) float32" in lines and not any(line.strip().startswith("out:") for line in lines), lines
+
+
+def test_the_device_part_says_what_it_means(monkeypatch):
+    ex = registry.get("get_batch")
+
+    def on_the_cpu(data, block_size, B, generator=None):
+        starts = torch.randint(len(data) - block_size, (B,), generator=generator)
+        index = starts[:, None] + torch.arange(block_size)
+        return data.cpu()[index], data.cpu()[index + 1]
+
+    lines, _ = api.explain(check_exercise(ex, on_the_cpu), {})
+    part = next(line for line in lines if "part: device" in line)
+    assert "not on the CPU, as on a GPU" in part and "device=" in part and "meta" not in part, part
+
+
+def test_a_cross_attention_residual_that_adds_the_layers_input_is_named():
+    """DecoderLayer whose cross-attention adds back the layer's input x, not the self-attention sublayer's output it
+    attended with (issue 59: silent on notebook 07), written with names of the learner's own: it fails, and is named."""
+    ex, fn = learners("DecoderLayer", """        x = self.norm1(x + self.dropout(attended))
+        attended, _ = self.cross_attn(x, memory, memory, src_mask)
+        x = self.norm2(x + self.dropout(attended))""", """        after_self = self.norm1(x + self.dropout(attended))
+        crossed, _ = self.cross_attn(after_self, memory, memory, src_mask)
+        x = self.norm2(x + self.dropout(crossed))""")
+    report = check_exercise(ex, fn)
+    assert report.fraction < 1
+    assert report.failures()[0].diagnosis == next(m.says for m in ex.mistakes if m.name == "cross_residual_from_input")

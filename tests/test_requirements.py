@@ -55,6 +55,14 @@ BEHAVIOURS = {
     "odd size": (re.compile(r"\bodd `?d_model\b|`?d_model`? is odd", re.I), re.compile(r"\bodd\b")),
     "empty": (re.compile(r"\ban empty (?:source|row)\b|\bevery position of a row is masked|\b(?:dict|beam) is empty\b", re.I),
               re.compile(r"empty|all masked|no pair is left")),
+    # generation under torch.no_grad(): a model that counts its calls with gradients on (course_lib.gpt.TinyGPT's counting)
+    "without gradients": (re.compile(r"\bwithout gradients?\b|\bno_grad\b", re.I), re.compile(r"\bgradients\b")),
+    # what a KV cache is for: a model that counts the positions it computes, so that a cache that recomputes fails
+    "a cache's saving": (re.compile(r"\bfeeds? (?:only )?the new(?:est)? tokens? (?:only|alone)\b", re.I),
+                         re.compile(r"\bpositions it computes\b")),
+    # a Python float asked for: checked on every case by the comparison itself (a tensor where the reference returns a
+    # float fails, autograder.checks.comparing.compare_value), test_a_tensor_where_the_text_asks_for_a_float_fails below
+    "a Python float": (re.compile(r"\breturns?:? (?:a )?float\b|\((?:a )?float\)|\bPython float\b|\breturn a float\b", re.I), None),
 }
 # (exercise, behaviour): why no case needs to check it
 BEHAVIOURS_NOT_ASKED = {
@@ -67,10 +75,8 @@ BEHAVIOURS_NOT_ASKED = {
                                  "has (test_device_code)",
     ("beam_search", "device"): "a search reads its scores' values, which no device but a real one has (test_device_code)",
     ("beam_generate", "device"): "a search reads its scores' values, which no device but a real one has (test_device_code)",
-    # an embedding on the meta device looks up positions made on the CPU without complaint, where a GPU raises: the
-    # meta case cannot tell the hint's torch.arange(T) from torch.arange(T, device=x.device)
-    **{(name, "device"): "an embedding lookup on the meta device takes CPU positions (a GPU raises); test_device_code"
-       for name in ("LearnedPositionalEmbedding", "GPT", "Seq2SeqAttention")},
+    ("KVCache", "a cache's saving"): "the class stores; what it saves shows in generate, whose counting cases count the "
+                                     "positions the model computes with it",
 }
 
 
@@ -148,7 +154,7 @@ def behaviours_unchecked(name, text, cases):
     def named(behaviour, hidden):
         return any(BEHAVIOURS[behaviour][1].search((c.label + " " + c.part).lower()) for c in cases if c.hidden == hidden)
     return sorted(b for b in behaviours_asked(text) if (name, b) not in BEHAVIOURS_NOT_ASKED
-                  and not (named(b, False) and named(b, True)))
+                  and BEHAVIOURS[b][1] is not None and not (named(b, False) and named(b, True)))
 
 
 def test_every_behaviour_the_text_asks_for_has_a_case():
@@ -163,7 +169,15 @@ def test_every_behaviour_the_text_asks_for_has_a_case():
 def test_the_lint_finds_a_behaviour_nobody_checks():
     from autograder.checks.cases import Call, Case
     text = "Runs in eval mode, without gradients; a prediction with no `<eos>` never matches. Call model.train() first."
-    assert behaviours_asked(text) == {"eval mode", "no <eos>", "training mode"}
+    assert behaviours_asked(text) == {"eval mode", "no <eos>", "training mode", "without gradients"}
+    assert behaviours_asked("Each later step feeds the newest token alone. returns: float") == {"a cache's saving", "a Python float"}
+    plain = [Case("B=2, T=5", lambda: Call()), Case("B=4, T=7", lambda: Call(), hidden=True)]
+    assert behaviours_unchecked("planted", "Runs without gradients; each step feeds the newest token alone.", plain) == [
+        "a cache's saving", "without gradients"]
+    counted = plain + [Case("a model counting its calls with gradients on and the positions it computes", lambda: Call(),
+                            part="counted", hidden=hidden) for hidden in (False, True)]
+    assert behaviours_unchecked("planted", "Runs without gradients; each step feeds the newest token alone.", counted) == []
+    text = "Runs in eval mode; a prediction with no `<eos>` never matches. Call model.train() first."
     assert behaviours_asked("Dropout on the weights.") == {"dropout"}
     plain = [Case("B=2, T=5", lambda: Call()), Case("B=4, T=7", lambda: Call(), hidden=True)]
     assert behaviours_unchecked("planted", text, plain) == ["eval mode", "no <eos>", "training mode"]
@@ -203,15 +217,43 @@ def forgetting(exercise, keyword):
 
 # (exercise, the part its cases check): a learner who forgot what the part asks for. The others' code cannot go wrong
 # on a device in a way a CPU sees (test_every_behaviour_the_text_asks_for_has_a_case's BEHAVIOURS_NOT_ASKED), or only by
-# moving its output elsewhere (get_batch).
+# moving its output elsewhere (get_batch). Seq2SeqAttention's device cases catch a tensor made on the CPU and handed to a
+# layer (layers_keep_to_meta), but its hint's one device=, torch.arange(B, device=src.device), makes an index, and PyTorch
+# indexes a tensor on any device with CPU indices: forgetting it is no mistake a device shows.
+COUNTED = "without gradients, each position once"  # notebook 10's part whose model counts its calls
+
 FORGOTTEN = {
     **{(name, "device"): lambda ex: forgetting(ex, "device")
-       for name in ("causal_mask", "padding_mask", "make_masks", "Block", "Transformer", "skip_pair_votes")},
+       for name in ("causal_mask", "padding_mask", "make_masks", "Block", "Transformer", "skip_pair_votes", "GPT",
+                    "LearnedPositionalEmbedding")},
+    # generation with gradients on: every call of the model builds a graph nobody uses
+    **{(name, COUNTED): lambda ex: without_no_grad(ex) for name in ("generate", "beam_generate")},
+    # notebook 08's searches, on course_lib's Transformer counting its calls of encode and decode with gradients on
+    **{(name, "without gradients"): lambda ex: without_no_grad(ex) for name in ("greedy_decode", "beam_search")},
     ("shift_right", "device"): lambda ex: lambda tgt, bos_id=1: _shift_right(tgt, torch.full((len(tgt), 1), bos_id, dtype=tgt.dtype)),
     ("shift_right", "dtype"): lambda ex: lambda tgt, bos_id=1: _shift_right(tgt, torch.full((len(tgt), 1), bos_id, device=tgt.device)),
     **{(name, "dtype"): lambda ex: forgetting(ex, "dtype")
        for name in ("sinusoidal_positional_encoding", "shift_matrix", "PositionalEncoding", "skip_pair_votes")},
 }
+
+
+class _NoNoGrad(ast.NodeTransformer):
+    """`with torch.no_grad(): body` as the body alone."""
+
+    def visit_With(self, node):
+        self.generic_visit(node)
+        if any("no_grad" in ast.unparse(item.context_expr) for item in node.items):
+            return node.body
+        return node
+
+
+def without_no_grad(exercise):
+    """The exercise's reference as a learner who forgot torch.no_grad()."""
+    reference = getattr(exercise.reference, "__wrapped__", exercise.reference)
+    namespace = dict(vars(sys.modules[reference.__module__]))
+    tree = ast.fix_missing_locations(_NoNoGrad().visit(edits.source_tree(reference)))
+    exec(compile(ast.unparse(tree), f"<{reference.__name__} without no_grad>", "exec"), namespace)
+    return namespace[reference.__name__]
 
 
 def _shift_right(tgt, bos):
@@ -228,7 +270,49 @@ def test_a_dtype_or_device_case_tells_the_learner_who_forgot_it(name, part):
     failed = {(r.case.part, r.case.hidden) for r in report.results if not r.ok}
     assert failed == {(part, False), (part, True)}, failed
     said = next(r for r in report.results if not r.ok and not r.case.hidden).problem
-    assert ("meta" in said and "device=" in said) if part == "device" else "has dtype" in said, said
+    words = {"device": ("meta", "device="), "dtype": ("has dtype",), COUNTED: ("gradients on", "torch.no_grad()"),
+             "without gradients": ("gradients on", "torch.no_grad()")}[part]
+    assert all(w in said for w in words), said
+
+
+def test_a_cache_that_saves_nothing_fails_its_part():
+    """generate that makes a new KVCache at every step computes the same tokens; the model it runs counts the positions
+    it computes, and the part that counts them fails, alone, with the catalogue's sentence."""
+    ex = registry.get("generate")
+    remade = next(m for m in ex.mistakes if m.name == "cache_made_every_step")
+    report = check_exercise(ex, remade.impl, hidden=True)
+    assert {(r.case.part, r.case.hidden) for r in report.results if not r.ok} == {(COUNTED, False), (COUNTED, True)}
+    first = report.failures()[0]
+    assert "positions the model computed" in first.problem and first.diagnosis == remade.says
+
+
+def _tensored(x):
+    """x with every Python float in it a 0-d tensor."""
+    if type(x) is float:
+        return torch.tensor(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_tensored(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _tensored(v) for k, v in x.items()}
+    return x
+
+
+def test_a_tensor_where_the_text_asks_for_a_float_fails():
+    """Every exercise whose text asks for a Python float: a learner who returns a 0-d tensor in its place fails a public
+    case, told that a float is asked for (the comparison checks the type on every case)."""
+    asked = [name for name, text in exercise_texts().items()
+             if BEHAVIOURS["a Python float"][0].search(text) and (name, "a Python float") not in BEHAVIOURS_NOT_ASKED]
+    assert {"beam_generate", "nats_per_char", "exact_match", "warmup_lr"} <= set(asked), asked
+    for name in asked:
+        ex = registry.get(name)
+        reference = ex.reference
+
+        def learner(*args, **kwargs):
+            return _tensored(reference(*args, **kwargs))
+
+        report = check_exercise(ex, learner)
+        said = [r.problem for r in report.results if not r.ok]
+        assert any("expected a Python float" in p for p in said), (name, said)
 
 
 def test_the_device_part_counts_only_once_the_values_are_right():

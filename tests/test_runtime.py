@@ -317,7 +317,10 @@ def test_a_run_far_beyond_the_steps_the_text_assumes_says_so_too():
 
 
 def test_a_claim_fails_with_its_words_unless_the_machine_was_slow():
-    assert runtime.claim(True, "anything") is True
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert runtime.claim(True, "at most 1.80 (this run: 1.62)") is True
+    assert out.getvalue() == "✔ at most 1.80 (this run: 1.62)\n"  # a cell whose every claim holds says what it checked
     with pytest.raises(AssertionError, match="the text claims at most 1.80"):
         runtime.claim(False, "at most 1.80")
     out = io.StringIO()
@@ -362,6 +365,8 @@ def test_notebook_10s_claims_hold_on_a_run_like_the_measured_one_of_each_class(m
     final = sum(expected.held_out) / 2
     said, error = run_claims_cell(final, expected.steps, machine)
     assert error is None and "Not shown" not in said, (said, error)
+    shown = [line for line in said.splitlines() if line.startswith("✔ ")]  # each claim it checked, with its result
+    assert len(shown) == 5 and "✔ the GPT passes the bigram model before half of its time" in shown, said
 
 
 @pytest.mark.parametrize("final, strongest, claim", [
@@ -380,6 +385,7 @@ def test_notebook_10s_claims_on_a_slow_machine_and_on_a_much_faster_one_say_so_a
     said, error = run_claims_cell(2.6, steps)  # it passed the bigram model at half time: that claim holds
     assert error is None, error
     assert said.count("Not shown on this machine") == 4 and f"trained {steps} steps in 71 s" in said, said
+    assert "✔ the GPT passes the bigram model before half of its time" in said, said  # the one that holds says so
     assert "2 quiet cores of an AMD EPYC" in said and ("slower" if steps < 3500 else "much faster") in said, said
 
 
@@ -404,6 +410,25 @@ def test_every_measured_class_expects_steps_and_ranges_and_names_its_machine():
         assert expected.machine, machine
         if expected.steps is not None:
             assert expected.steps > 0 and all(low < high for low, high in (expected.held_out, expected.below_kn, expected.below_jm))
+
+
+def test_notebook_10s_counting_claims_each_say_what_they_checked():
+    # section 3's claims on the whole text, as a full run measures them: each printed with its result, so that a cell
+    # whose every claim holds still shows that it ran (it used to print nothing)
+    cell = notebook_cell("10_a_gpt_of_your_own", "if baselines:  # a context helps")
+    scope = {"claim": runtime.claim, "QUICK": False, "V": 768, "train_ids": range(420_002), "rare": 0.74, "rare_bigram": 0.0004,
+             "baselines": {"unigram": 3.31, "bigram": 2.32, "trigram": 2.53}, "seen": {2: 0.97, 3: 0.58},
+             "before": torch.tensor([1291.0])}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(cell, scope)
+    shown = out.getvalue().splitlines()
+    assert len(shown) == 4 and all(line.startswith("✔ ") for line in shown), shown
+    assert "✔ two in five of the held-out trigrams never occur in training (this run: 42%; bigrams 3%)" in shown
+    scope["seen"] = {2: 0.97, 3: 0.80}
+    with pytest.raises(AssertionError, match="the text claims two in five of the held-out trigrams"), \
+            contextlib.redirect_stdout(io.StringIO()):
+        exec(cell, scope)
 
 
 def test_a_busy_machine_is_one_whose_load_exceeds_the_cpus_it_may_use():

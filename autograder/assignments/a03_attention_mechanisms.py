@@ -7,7 +7,7 @@ and parameter names, so the check can load the reference weights.
 import torch
 
 from autograder.checks.cases import Call, Case, Exercise
-from autograder.inputs import Draw, dims
+from autograder.inputs import Draw, dims, on_the_meta_device
 from solutions_lib import seq2seq_attention as ref
 
 NOTEBOOK = "03_attention_mechanisms"
@@ -165,6 +165,11 @@ def seq2seq_cases():
     return [
         _seq2seq_case(91, [5, 5], 4, 12, 4, 6), _seq2seq_case(92, [6, 3, 4], 5, 10, 5, 8),
         _seq2seq_case(93, [2, 7, 7, 5], 3, 9, 3, 5, hidden=True),
+        # every tensor made in forward too (a first state, the rows picked from H) goes on src's device: on the meta
+        # device a layer whose weights are there raises when handed a CPU tensor, as on a GPU
+        # (autograder.checks.running.layers_keep_to_meta)
+        on_the_meta_device(_seq2seq_case(94, [4, 2], 3, 10, 4, 6)),
+        on_the_meta_device(_seq2seq_case(95, [3, 5, 1], 4, 11, 3, 5), hidden=True),
     ]
 
 
@@ -188,7 +193,7 @@ EXERCISES = [
     ),
     Exercise(
         "Seq2SeqAttention", ref.Seq2SeqAttention, points=3, cases=seq2seq_cases, kind="module",
-        depends_on=("AttentionDecoderStep",), returns=("logits", "attention weights"),
+        depends_on=("AttentionDecoderStep",), returns=("logits", "attention weights"), parts={"main": 2, "device": 0.5},
     ),
 ]
 

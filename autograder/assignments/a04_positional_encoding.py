@@ -5,7 +5,7 @@ import torch
 
 from autograder.checks.cases import Call, Case, Exercise
 from autograder.fixtures import SelfAttentionFunction
-from autograder.inputs import Draw, dims
+from autograder.inputs import Draw, dims, on_the_meta_device
 from solutions_lib import positional as ref
 
 NOTEBOOK = "04_positional_encoding"
@@ -88,6 +88,9 @@ def learned_cases():
     return [
         _learned_case(11, 2, 5, 8, 16), _learned_case(12, 3, 7, 4, 7), _learned_case(13, 1, 3, 6, 10),
         _learned_case(14, 4, 10, 12, 32, hidden=True),
+        # the positions too must be made on x's device: on the meta device an embedding handed CPU positions raises as
+        # on a GPU (autograder.checks.running.layers_keep_to_meta)
+        on_the_meta_device(_learned_case(15, 2, 6, 8, 12)), on_the_meta_device(_learned_case(16, 3, 4, 6, 9), hidden=True),
     ]
 
 
@@ -135,7 +138,8 @@ EXERCISES = [
     Exercise("PositionalEncoding", ref.PositionalEncoding, points=2, cases=pe_module_cases, kind="module",
              depends_on=("sinusoidal_positional_encoding",), parts={"main": 3, "dtype": 1}),
     Exercise("shift_matrix", ref.shift_matrix, points=2, cases=shift_cases, parts={"M_k": 3, "dtype": 1, "odd d_model raises": 1}),
-    Exercise("LearnedPositionalEmbedding", ref.LearnedPositionalEmbedding, points=1, cases=learned_cases, kind="module"),
+    Exercise("LearnedPositionalEmbedding", ref.LearnedPositionalEmbedding, points=1, cases=learned_cases, kind="module",
+             parts={"main": 3, "device": 1}),
     Exercise("permutation_gap", ref.permutation_gap, points=1, cases=gap_cases),
 ]
 

@@ -191,9 +191,16 @@ def step_cases():
 # ---------------------------------------------------------------- greedy_decode
 
 
-def _decode_case(seed, B, T_src, max_len, model="copy", dropout=0.0, hidden=False):
+WITHOUT_GRADIENTS = "without gradients"  # the part whose model counts its calls with gradients on
+COUNTING = ", the model counting its calls with gradients on"
+
+
+def _decode_case(seed, B, T_src, max_len, model="copy", dropout=0.0, counting=False, hidden=False):
     """model: "copy" or "random"; dropout: a random Transformer with this dropout, handed over in training mode
-    (as train_step leaves it), decoded right after torch.manual_seed(seed)."""
+    (as train_step leaves it), decoded right after torch.manual_seed(seed); counting: a random Transformer that
+    counts its calls with gradients on (the part WITHOUT_GRADIENTS: greedy_decode runs under torch.no_grad()).
+    Every other model comes in eval mode, so that the state after the call (the model's mode and counts) tells
+    a missing model.eval() only in the part "eval mode"."""
 
     def make():
         r = Draw(seed)
@@ -203,15 +210,17 @@ def _decode_case(seed, B, T_src, max_len, model="copy", dropout=0.0, hidden=Fals
             m = CopyModel(V, seed)
         else:
             torch.manual_seed(seed)
-            m = Transformer(V, V, d_model=16, h=2, d_ff=32, N=2, dropout=dropout, max_len=32)
+            m = Transformer(V, V, d_model=16, h=2, d_ff=32, N=2, dropout=dropout, max_len=32, counting=counting)
         if dropout:
             return Call((m.train(), src, max_len), {"bos_id": BOS, "eos_id": EOS, "pad_id": PAD}, seed=seed)
-        return Call((m, src, max_len), {"bos_id": BOS, "eos_id": EOS, "pad_id": PAD})
+        return Call((m.eval(), src, max_len), {"bos_id": BOS, "eos_id": EOS, "pad_id": PAD})
 
     label = f"{'a model that copies its source' if model == 'copy' else 'a random Transformer'}, " + dims(B=B, T_src=T_src, max_len=max_len)
     if dropout:
         label += f", dropout={dropout}, the model handed over in training mode"
-    return Case(label, make, part="eval mode" if dropout else "main", hidden=hidden, grad=False)
+    label += COUNTING if counting else ""
+    part = WITHOUT_GRADIENTS if counting else "eval mode" if dropout else "main"
+    return Case(label, make, part=part, hidden=hidden, grad=False)
 
 
 def decode_cases():
@@ -219,6 +228,7 @@ def decode_cases():
         _decode_case(841, 3, 5, 8), _decode_case(842, 4, 6, 4), _decode_case(843, 2, 5, 6, model="random"),
         _decode_case(844, 5, 7, 10, hidden=True), _decode_case(845, 3, 4, 5, model="random", hidden=True),
         _decode_case(846, 4, 6, 6, model="random", dropout=0.5), _decode_case(847, 5, 5, 7, model="random", dropout=0.5, hidden=True),
+        _decode_case(848, 3, 5, 4, model="random", counting=True), _decode_case(849, 2, 6, 5, model="random", counting=True, hidden=True),
     ]
 
 
@@ -258,10 +268,24 @@ def _match_case(seed, B, T, no_eos=False, hidden=False):
     return Case(label, make, part="a prediction with no <eos>" if no_eos else "main", hidden=hidden, grad=False)
 
 
+def _cut_short_case(seed, B, T, hidden=False):
+    """Predictions cut short, as decoding stops at max_len: row 0 holds exactly its target's tokens before <eos>,
+    with no room left for <eos>; the other rows are their targets cut to the same length (with or without <eos>)."""
+
+    def make():
+        tgt = _targets(Draw(seed), B, T, 9, min_len=2)
+        end = int((tgt[0] == EOS).nonzero()[0])  # row 0's tokens before its <eos>
+        return Call((tgt[:, :end].clone(), tgt), {"eos_id": EOS})
+
+    return Case(dims(B=B, T=T) + ", predictions cut short: row 0 the right tokens with no <eos> after them", make,
+                part="a prediction with no <eos>", hidden=hidden, grad=False)
+
+
 def match_cases():
     return [
         _match_case(851, 6, 6), _match_case(852, 9, 8), _match_case(853, 3, 5), _match_case(854, 12, 7, hidden=True),
         _match_case(855, 5, 6, no_eos=True), _match_case(856, 8, 7, no_eos=True, hidden=True),
+        _cut_short_case(857, 4, 7), _cut_short_case(858, 6, 8, hidden=True),
     ]
 
 
@@ -300,12 +324,12 @@ def length_penalty_cases():
 # ---------------------------------------------------------------- beam_search
 
 
-def tiny_model(seed, V, eos_bias=0.0, scale=1.0, dtype=torch.float64, dropout=0.0):
+def tiny_model(seed, V, eos_bias=0.0, scale=1.0, dtype=torch.float64, dropout=0.0, counting=False):
     """A random Transformer of vocabulary V (d_model=8, one layer), its logits multiplied by `scale` (sharper
     distributions) and <eos>'s raised by `eos_bias` (hypotheses that end sooner); in eval mode, or with `dropout`
-    in training mode (as train_step leaves it)."""
+    in training mode (as train_step leaves it). counting: it counts its calls with gradients on."""
     torch.manual_seed(seed)
-    model = Transformer(V, V, d_model=8, h=2, d_ff=16, N=1, dropout=dropout, max_len=16).to(dtype)
+    model = Transformer(V, V, d_model=8, h=2, d_ff=16, N=1, dropout=dropout, max_len=16, counting=counting).to(dtype)
     with torch.no_grad():
         model.out.weight.mul_(scale)
         model.out.bias.mul_(scale)
@@ -319,15 +343,17 @@ def sequences(V, max_len):
 
 
 def _beam_case(seed, V, max_len, beam_size, alpha, eos_bias=0.0, scale=1.0, dtype=torch.float64, greedy_worse=False,
-               dropout=0.0, hidden=False):
+               dropout=0.0, counting=False, hidden=False):
     """A random tiny model and a source of 3 tokens. greedy_worse: greedy decoding finds a target that scores lower
     (tests/reference/test_reference_beam.py checks it); a beam_size of at least sequences(V, max_len) holds every
     target, so the beam finds the best of them all (the part "every target in the beam"). dropout: the model has
-    this dropout and comes in training mode, the search run right after torch.manual_seed(seed) (the part "eval mode")."""
+    this dropout and comes in training mode, the search run right after torch.manual_seed(seed) (the part "eval mode").
+    counting: the model counts its calls with gradients on (the part WITHOUT_GRADIENTS: the search runs under
+    torch.no_grad())."""
     def make():
         r = Draw(seed)
         src = r.integers(3, V, 1, 3)
-        return Call((tiny_model(seed, V, eos_bias, scale, dtype, dropout), src, beam_size, max_len),
+        return Call((tiny_model(seed, V, eos_bias, scale, dtype, dropout, counting), src, beam_size, max_len),
                     {"alpha": alpha, "bos_id": BOS, "eos_id": EOS, "pad_id": PAD}, seed=seed if dropout else None)
 
     wide = beam_size >= sequences(V, max_len)
@@ -335,7 +361,8 @@ def _beam_case(seed, V, max_len, beam_size, alpha, eos_bias=0.0, scale=1.0, dtyp
              + f", alpha={alpha}" + _dtype_label(dtype) + ("; greedy finds a worse target" if greedy_worse else ""))
     if dropout:
         label += f", dropout={dropout}, the model handed over in training mode"
-    part = "eval mode" if dropout else "every target in the beam" if wide else "a narrow beam"
+    label += COUNTING if counting else ""
+    part = WITHOUT_GRADIENTS if counting else "eval mode" if dropout else "every target in the beam" if wide else "a narrow beam"
     return Case(label, make, part=part, hidden=hidden, grad=False)
 
 
@@ -354,6 +381,7 @@ def beam_search_cases():
         _beam_case(867, 6, 4, 3, 0.6, scale=3.0, greedy_worse=True, hidden=True),
         _beam_case(868, 5, 4, 3, 0.6, scale=2.0, greedy_worse=True, dropout=0.5),
         _beam_case(869, 6, 4, 4, 1.0, scale=2.0, greedy_worse=True, dropout=0.5, hidden=True),
+        _beam_case(870, 5, 3, 3, 0.6, scale=2.0, greedy_worse=True, counting=True), _beam_case(871, 6, 4, 2, 1.0, counting=True, hidden=True),
     ]
 
 
@@ -370,12 +398,15 @@ EXERCISES = [
         parts={"float32": 2, "mixed precision": 1, "training mode": 0.5},
         depends_on=("shift_right", "make_masks", "label_smoothed_cross_entropy"),
     ),
-    Exercise("greedy_decode", ref.greedy_decode, points=2, cases=decode_cases, parts={"main": 2, "eval mode": 0.5}),
+    # state_after: the model's mode and, for a counting model, its calls with gradients on (Transformer.what_it_saw)
+    Exercise("greedy_decode", ref.greedy_decode, points=2, cases=decode_cases, returns=("ids", "state after greedy_decode"),
+             state_after=True, parts={"main": 2, "eval mode": 0.5, WITHOUT_GRADIENTS: 0.5}),
     Exercise("exact_match", ref.exact_match, points=1, cases=match_cases, parts={"main": 2, "a prediction with no <eos>": 1}),
     Exercise("length_penalty", ref.length_penalty, points=1, cases=length_penalty_cases),
     Exercise(
-        "beam_search", ref.beam_search, points=3, cases=beam_search_cases, returns=("best target", "score"),
-        parts={"every target in the beam": 1, "a narrow beam": 2, "eval mode": 0.5}, depends_on=("length_penalty",),
+        "beam_search", ref.beam_search, points=3, cases=beam_search_cases, returns=("best target", "score", "state after beam_search"),
+        state_after=True, parts={"every target in the beam": 1, "a narrow beam": 2, "eval mode": 0.5, WITHOUT_GRADIENTS: 0.5},
+        depends_on=("length_penalty",),
     ),
 ]
 

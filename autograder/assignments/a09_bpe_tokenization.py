@@ -9,6 +9,7 @@ import random
 
 from autograder.checks.cases import Call, Case, Exercise
 from solutions_lib import bpe
+from solutions_lib.bpe import N_BYTES, merge_pair  # what encode_whole_text calls, as pasted beside the reference
 
 NOTEBOOK = "09_bpe_tokenization"
 
@@ -136,11 +137,25 @@ def encode_cases():
         # the leftmost pair with a rule (cd) is not the earliest learned (de): merging leftmost first shows here
         _encode_case("'abcde' with the merges ab, de, cd, bc, learned in that order", lambda: "abcde",
                      lambda: [tuple(map(ord, pair)) for pair in ("ab", "de", "cd", "bc")]),
+        # merges that join the end of a word to the next word's start: applied to the whole text at once, they join
+        # across words, which word by word they never do
+        _encode_case("'to be or not to be' with the merges (e, space), (space, o), (b, e), learned elsewhere",
+                     lambda: "to be or not to be", lambda: [tuple(map(ord, pair)) for pair in ("e ", " o", "be")]),
+        _encode_case("hidden", lambda: "ab ab ab", lambda: [tuple(map(ord, pair)) for pair in ("b ", " a", "ab")], hidden=True),
         _encode_case("a text with unseen characters (an emoji and two others)", lambda: unseen_text(34, 20), lambda: _merges_of(34, 80, 40), part="unseen characters"),
         _encode_case("an empty text", lambda: "", lambda: _merges_of(35, 40, 20), part="unseen characters"),
         _encode_case("hidden", lambda: unseen_text(36, 60), lambda: _merges_of(36, 150, 70), part="unseen characters", hidden=True),
         _encode_case("hidden", lambda: corpus(37, 30, text_seed=9), lambda: _merges_of(37, 90, 60), hidden=True),
     ]
+
+
+# encode's merges replayed over the whole text's bytes, one merge after another: no edit of the loop over words
+# expresses it (the TOML file names it)
+def encode_whole_text(text, merges):
+    ids = list(text.encode("utf-8"))
+    for k, pair in enumerate(merges):
+        ids = merge_pair(ids, tuple(pair), N_BYTES + k)
+    return ids
 
 
 # ---------------------------------------------------------------- decode

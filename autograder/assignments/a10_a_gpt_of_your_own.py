@@ -84,6 +84,9 @@ def gpt_cases():
         _gpt_case(16, 2, 7, 10, 8, 2, 3, 7, hidden=True),
         _gpt_case(17, 3, 3, 12, 16, 4, 1, 12, cached=6, hidden=True),
         _gpt_case(18, 2, 5, 11, 8, 2, 2, 8, dropout=0.3), _gpt_case(19, 3, 4, 9, 12, 3, 1, 6, dropout=0.2, hidden=True),
+        # the positions too must be made on idx's device: on the meta device an embedding handed CPU positions raises
+        # as on a GPU (autograder.checks.running.layers_keep_to_meta)
+        on_the_meta_device(_gpt_case(10, 2, 5, 11, 8, 2, 2, 8)), on_the_meta_device(_gpt_case(20, 3, 4, 9, 12, 3, 1, 6), hidden=True),
     ]
 
 
@@ -91,9 +94,11 @@ def gpt_cases():
 
 
 def _batch_case(seed, n, block_size, B, V=50, hidden=False):
+    """The call runs right after torch.manual_seed(seed + 1000) (Call.seed): code that ignores the generator handed
+    over draws from PyTorch's global generator, the same windows every time, and other ones than the generator's."""
     def make():
         r = Draw(seed)
-        return Call((r.integers(0, V, n), block_size, B), {"generator": torch.Generator().manual_seed(seed)})
+        return Call((r.integers(0, V, n), block_size, B), {"generator": torch.Generator().manual_seed(seed)}, seed=seed + 1000)
 
     return Case(f"data of {n} tokens, " + dims(block_size=block_size, B=B), make, hidden=hidden, grad=False)
 
@@ -173,6 +178,7 @@ def sample_cases():
         _sample_case(43, 200, 10, "temperature", temperature=0.5), _sample_case(44, 200, 8, "temperature", temperature=2.0),
         _sample_case(45, 200, 20, "top-k", temperature=1.0, top_k=5), _sample_case(46, 50, 9, "top-k", top_k=1),
         _sample_case(47, 100, 6, "top-k", temperature=0.8, top_k=10),
+        _sample_case(54, 6, 40, "top-k", scale=0.5, temperature=2.0, top_k=30),  # B < top_k < V: no size stands for another
         _sample_case(48, 200, 15, "top-p", top_p=0.5), _sample_case(49, 200, 12, "top-p", temperature=1.5, top_p=0.9),
         _sample_case(50, 200, 20, "top-p", temperature=0.7, top_k=8, top_p=0.8),
         _sample_case(51, 150, 14, "temperature", temperature=1.3, hidden=True),
@@ -191,7 +197,7 @@ def _cache_case(seed, N, B, h, d_k, new, hidden=False):
 
 def cache_cases():
     return [
-        _cache_case(71, 2, 2, 2, 4, [3, 1, 1, 1]), _cache_case(72, 1, 1, 3, 2, [1, 1, 1]),
+        _cache_case(71, 2, 3, 2, 4, [3, 1, 1, 1]), _cache_case(72, 1, 1, 3, 2, [1, 1, 1]),
         _cache_case(73, 3, 2, 1, 5, [4, 2, 1]), _cache_case(74, 2, 3, 2, 3, [2, 1, 1, 1, 1], hidden=True),
     ]
 
@@ -199,22 +205,30 @@ def cache_cases():
 # ---------------------------------------------------------------- generate
 
 
-def _generate_case(seed, B, T, new, part="greedy", use_cache=True, block_size=12, dropout=0.0, hidden=False, **sampling):
+COUNTED = "without gradients, each position once"  # the part whose model counts its calls (TinyGPT's counting)
+COUNTING = ", the model counting its calls with gradients on and the positions it computes"
+
+
+def _generate_case(seed, B, T, new, part="greedy", use_cache=True, block_size=12, dropout=0.0, hidden=False, counting=False,
+                   **sampling):
     """dropout: a TinyGPT with this dropout, handed over in training mode (as training leaves it), generating right
-    after torch.manual_seed(seed) (the part "eval mode")."""
+    after torch.manual_seed(seed) (the part "eval mode"). counting: a TinyGPT that counts its calls with gradients on
+    and the positions it computes (the part COUNTED: generate runs without gradients, and its cache computes each
+    position once)."""
     def make():
         V = 13
         idx = Draw(seed).integers(0, V, B, T)
         drawn = sampling | {"generator": torch.Generator().manual_seed(seed)} if sampling else {"temperature": 0}
         kwargs = {"use_cache": use_cache} | drawn
-        model = TinyGPT(V, block_size=block_size, seed=seed, dropout=dropout)
+        model = TinyGPT(V, block_size=block_size, seed=seed, dropout=dropout, counting=counting)
         return Call((model.train(), idx, new), kwargs, seed=seed if dropout else None)
 
     label = f"a small model with random weights (block_size={block_size}), prompt " + dims(B=B, T=T)
     label += f", {new} new tokens, use_cache={use_cache}" + "".join(f", {k}={v}" for k, v in sampling.items())
     if dropout:
         label += f", dropout={dropout}, the model handed over in training mode"
-    return Case(label, make, part="eval mode" if dropout else part, hidden=hidden, grad=False)
+    label += COUNTING if counting else ""
+    return Case(label, make, part=COUNTED if counting else "eval mode" if dropout else part, hidden=hidden, grad=False)
 
 
 def generate_cases():
@@ -226,39 +240,42 @@ def generate_cases():
         _generate_case(67, 3, 5, 7, hidden=True), _generate_case(68, 1, 9, 9, part="beyond block_size", hidden=True),
         _generate_case(69, 3, 3, 9, part="sampling", temperature=1.2, top_p=0.9, hidden=True),
         _generate_case(70, 3, 4, 6, dropout=0.5), _generate_case(71, 2, 3, 7, dropout=0.5, hidden=True),
+        _generate_case(72, 2, 4, 6, counting=True), _generate_case(73, 3, 2, 5, counting=True, hidden=True),
     ]
 
 
 # ---------------------------------------------------------------- beam_generate
 
 
-def _flatter_gpt(V, block_size, seed, dropout=0.0):
+def _flatter_gpt(V, block_size, seed, dropout=0.0, counting=False):
     """TinyGPT in float64 with its logits halved: flatter distributions, where greedy decoding often misses the
     likeliest continuation."""
-    model = TinyGPT(V, block_size=block_size, seed=seed, dropout=dropout).double()
+    model = TinyGPT(V, block_size=block_size, seed=seed, dropout=dropout, counting=counting).double()
     with torch.no_grad():
         model.unembed.mul_(0.5)
     return model
 
 
-def _beam_case(seed, V, T, new, beam_size, block_size=12, part=None, greedy_worse=False, dropout=0.0, hidden=False):
+def _beam_case(seed, V, T, new, beam_size, block_size=12, part=None, greedy_worse=False, dropout=0.0, hidden=False,
+               counting=False):
     """A small random GPT in float64 (course_lib.gpt.TinyGPT) and a prompt of T tokens. A beam of at least
     V ** (new - 1) hypotheses keeps every continuation but the last token's, so it finds the likeliest of all
     V ** new (the part "every continuation in the beam"; tests/reference/test_reference_beam_gpt.py checks it
     against an exhaustive search, and that greedy decoding finds a less likely one where greedy_worse says so).
     dropout: a model with this dropout, handed over in training mode, searched right after torch.manual_seed(seed)
-    (the part "eval mode")."""
+    (the part "eval mode"). counting: a model that counts its calls with gradients on and the positions it computes
+    (the part COUNTED)."""
     def make():
         idx = Draw(seed).integers(0, V, 1, T)
-        model = _flatter_gpt(V, block_size, seed, dropout)
+        model = _flatter_gpt(V, block_size, seed, dropout, counting)
         return Call((model.train(), idx, new, beam_size), seed=seed if dropout else None)
 
     wide = beam_size >= V ** (new - 1)
-    part = "eval mode" if dropout else part or ("every continuation in the beam" if wide else "a narrow beam")
+    part = COUNTED if counting else "eval mode" if dropout else part or ("every continuation in the beam" if wide else "a narrow beam")
     label = (dims(V=V, block_size=block_size) + f", prompt T={T}, {new} new tokens, beam_size={beam_size}"
              + (f" (all {V ** new} continuations)" if wide else "")
              + ("; greedy finds a less likely one" if greedy_worse else "")
-             + (f", dropout={dropout}, the model handed over in training mode" if dropout else ""))
+             + (f", dropout={dropout}, the model handed over in training mode" if dropout else "") + (COUNTING if counting else ""))
     return Case(label, make, part=part, hidden=hidden, grad=False)
 
 
@@ -273,6 +290,7 @@ def beam_generate_cases():
         _beam_case(133, 4, 2, 5, 3, greedy_worse=True, hidden=True),
         _beam_case(154, 4, 4, 5, 2, block_size=6, part="beyond block_size", hidden=True),
         _beam_case(171, 5, 3, 4, 3, dropout=0.5), _beam_case(172, 4, 2, 5, 3, dropout=0.5, hidden=True),
+        _beam_case(173, 4, 3, 4, 3, counting=True), _beam_case(174, 5, 2, 5, 2, counting=True, hidden=True),
     ]
 
 
@@ -287,15 +305,16 @@ EXERCISES = [
     Exercise("Block", with_random_norms(gpt.Block), points=3, cases=block_cases, kind="module",
              parts={"no cache": 2, "with a KV cache": 1, "dropout": 0.5, "device": 0.5}),
     Exercise("GPT", with_random_norms(gpt.GPT), points=3, cases=gpt_cases, kind="module",
-             parts={"logits and loss": 3, "with a KV cache": 1, "dropout": 0.5}, depends_on=("Block",), returns=("logits", "loss")),
+             parts={"logits and loss": 3, "with a KV cache": 1, "dropout": 0.5, "device": 0.5}, depends_on=("Block",), returns=("logits", "loss")),
     Exercise("sample_next", gpt.sample_next, points=3, cases=sample_cases, parts={"temperature": 1, "top-k": 1, "top-p": 1}),
     Exercise("KVCache", gpt.KVCache, points=2, cases=cache_cases, kind="class",
              returns=("lengths read", "keys extend returned", "values extend returned")),
     Exercise("generate", gpt.generate, points=3, cases=generate_cases, returns=("ids", "state after generate"), state_after=True,
-             parts={"greedy": 2, "beyond block_size": 1, "sampling": 1, "eval mode": 0.5}, depends_on=("sample_next", "KVCache")),
+             parts={"greedy": 2, "beyond block_size": 1, "sampling": 1, "eval mode": 0.5, COUNTED: 0.5},
+             depends_on=("sample_next", "KVCache")),
     Exercise("beam_generate", gpt.beam_generate, points=3, cases=beam_generate_cases, state_after=True,
              returns=("ids", "score", "state after beam_generate"),
-             parts={"every continuation in the beam": 1, "a narrow beam": 2, "beyond block_size": 1, "eval mode": 0.5},
+             parts={"every continuation in the beam": 1, "a narrow beam": 2, "beyond block_size": 1, "eval mode": 0.5, COUNTED: 0.5},
              depends_on=("KVCache",)),
 ]
 

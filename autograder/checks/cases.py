@@ -3,6 +3,7 @@ name what a learner got wrong, and what a call came to (an Outcome) and how a ca
 (CaseResult, Report). The lowest room of autograder.checks: nothing here runs or compares anything."""
 from __future__ import annotations
 
+import contextvars
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -10,6 +11,9 @@ from typing import Callable, Sequence
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("AUTOGRADER_CHECK_TIMEOUT", "60"))
 DEVICE = "device"  # the part whose cases run on the meta device (autograder.inputs.on_the_meta_device): no values
+# The cases the learner's code got right in the check being diagnosed (set by autograder.checks.driver): a name for the
+# learner's code, a catalogued mistake or an edit of the reference, must get them right too. None: not known.
+PASSED = contextvars.ContextVar("PASSED", default=None)
 
 
 @dataclass

@@ -5,8 +5,9 @@ from __future__ import annotations
 import inspect
 import re
 
+from autograder.checks.cases import PASSED
 from autograder.checks.comparing import same_outputs
-from autograder.checks.running import forward_only, memo, reference_module, run, who
+from autograder.checks.running import forward_only, memo, reference_module, reference_outcome, run, who
 
 
 def mistake_outcome(exercise, mistake, case):
@@ -32,9 +33,22 @@ def diagnose(exercise, failed):
             if i == 0 and not same:
                 break
             hits += same
-        if hits > best_hits:
+        if hits > best_hits and _right_where_the_learner_is(exercise, mistake, failed):
             best, best_hits = mistake, hits
     return best
+
+
+def _right_where_the_learner_is(exercise, mistake, failed):
+    """Whether the mistake computes the reference's outcome on every public case the learner's code passed (PASSED, where
+    the driver says which): a mistake that goes wrong where the learner is right is no name for the learner's code either
+    (len(keys) reads B, keys.size(1) reads h: the same on a case where B = h, told apart on one where they differ)."""
+    for case in PASSED.get() or ():
+        if case.hidden or case.raises is not None:
+            continue
+        want, _ = reference_outcome(exercise, case)
+        if not same_outputs(mistake_outcome(exercise, mistake, case), want):
+            return False
+    return True
 
 
 def quoted(mistake):

@@ -101,6 +101,9 @@ def compare_value(what, got, want):
             return f"{what} {agree(what, 'is')} a {_type_name(got)}, expected a {_type_name(want)}"
         return "" if got == want else f"{what} {agree(what, 'is')} {_short(got)}, expected {_short(want)}"
     if isinstance(want, (int, float)):
+        if isinstance(want, float) and isinstance(got, torch.Tensor):  # the docstring asks for a float: a tensor is not one
+            return (f"{what} {agree(what, 'is')} a {'0-d ' if got.ndim == 0 else ''}torch.Tensor, expected a Python float "
+                    f"(the docstring asks for a float: .item() gives one)")
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
         if isinstance(got, bool) or not isinstance(got, (int, float)):
@@ -227,6 +230,8 @@ def describe_inputs(call, names=()):
             return f"{name}: a {type(x).__name__} after {x.last_epoch} steps"
         if isinstance(x, torch.amp.GradScaler):
             return f"{name}: a GradScaler, scale {x.get_scale():g}" if x.is_enabled() else f"{name}: a GradScaler that scales nothing"
+        if isinstance(x, torch.Generator):  # its repr is an address
+            return f"{name}: a torch.Generator seeded {x.initial_seed()}" + (f" on {x.device}" if x.device.type != "cpu" else "")
         if isinstance(x, functools.partial) and x.func is torch.autocast:
             return f"{name}: torch.autocast({', '.join(map(repr, x.args))}, dtype={x.keywords.get('dtype')}) (a context manager)"
         return f"{name}: {_short(x)}"

@@ -6,7 +6,7 @@ The top room of autograder.checks: `check` in a notebook (autograder.api), the g
 """
 from __future__ import annotations
 
-from autograder.checks.cases import DEFAULT_TIMEOUT_S, DEVICE, CaseResult, CheckTimeout, Report, WeightMismatch, raised
+from autograder.checks.cases import DEFAULT_TIMEOUT_S, DEVICE, PASSED, CaseResult, CheckTimeout, Report, WeightMismatch, raised
 from autograder.checks.catalogue import diagnose, quotes_unwritten
 from autograder.checks.comparing import compare_outcomes, describe_error, describe_inputs, first_differences, same_outputs
 from autograder.checks.labels import by_rank, only_on
@@ -49,9 +49,10 @@ def _on_meta(case, error):
     """What a device case's error means, where it is one: code that reads its inputs' values, or mixes devices."""
     if case.part != DEVICE or "meta" not in str(error):
         return ""
-    return (" (this case's inputs are on PyTorch's meta device, which has shapes but no values: code that mixes a tensor "
-            "made without device= with them raises, and so does code that reads a value, .item() or a Python loop over a "
-            "tensor, where the hint's vectorised form does not)")
+    return (" (this case hands your code its inputs on another device than the CPU, PyTorch's meta device, as a GPU "
+            "would: a tensor your code makes without device= lands on the CPU, away from them, and using the two together "
+            "raises, as it would on a GPU; the meta device has shapes but no values, so reading a value, .item() or a "
+            "Python loop over a tensor, raises too, where the hint's vectorised form does not)")
 
 
 def _unfinished(case, got):
@@ -89,17 +90,26 @@ def check_exercise(exercise, impl, hidden=False, timeout=DEFAULT_TIMEOUT_S, outc
         if not result.ok:
             failed.append((case, outcome))
     if failed:
-        mistake = diagnose(exercise, failed)
-        if mistake is not None and quotes_unwritten(mistake, impl, source):
-            mistake = None  # its sentence quotes code the learner did not write: say what is observed instead
-        if mistake is not None:
-            for r in results:
-                r.diagnosis = "" if r.ok else mistake.says
-        else:
-            plain = [(i, f) for i, f in enumerate(failed) if f[0].raises is None]  # a missing raise has no relation
-            wants = [r.reference for r in results if not r.ok]
-            relation = explain(exercise, [f for _, f in plain], [wants[i] for i, _ in plain], impl) \
-                or by_rank(results) or only_on(results)
-            for r in results:
-                r.relation = "" if r.ok else relation
+        passed = PASSED.set(tuple(r.case for r in results if r.ok))
+        try:
+            _diagnose(exercise, impl, source, results, failed)
+        finally:
+            PASSED.reset(passed)
     return Report(exercise, results, planned=tuple(cases))
+
+
+def _diagnose(exercise, impl, source, results, failed):
+    """The name for what failed, a catalogued mistake's sentence or a relation, written into the failed results."""
+    mistake = diagnose(exercise, failed)
+    if mistake is not None and quotes_unwritten(mistake, impl, source):
+        mistake = None  # its sentence quotes code the learner did not write: say what is observed instead
+    if mistake is not None:
+        for r in results:
+            r.diagnosis = "" if r.ok else mistake.says
+    else:
+        plain = [(i, f) for i, f in enumerate(failed) if f[0].raises is None]  # a missing raise has no relation
+        wants = [r.reference for r in results if not r.ok]
+        relation = explain(exercise, [f for _, f in plain], [wants[i] for i, _ in plain], impl) \
+            or by_rank(results) or only_on(results)
+        for r in results:
+            r.relation = "" if r.ok else relation

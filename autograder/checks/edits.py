@@ -14,7 +14,7 @@ import inspect
 import sys
 import textwrap
 
-from autograder.checks.cases import CheckTimeout
+from autograder.checks.cases import PASSED, CheckTimeout
 from autograder.checks.comparing import same_outputs, your_output
 from autograder.checks.running import memo, reference_outcome, run_call, who
 
@@ -173,10 +173,28 @@ def the_one(exercise, failed, finder, together=None):
         held = matching if held is None else held & matching
         if not held:
             return ""
+    held = _right_where_the_learner_is(exercise, failed, finder, held)
+    if not held:
+        return ""
     said = {first[n][0] for n in held}
     if len(said) > 1:
         return together(sorted(said)) if together is not None and None not in said else ""
     return said.pop() or ""  # a sentence of None: the first case cannot say it
+
+
+def _right_where_the_learner_is(exercise, failed, finder, held):
+    """The edits of `held` that also compute the reference's outcome on every public case the learner's code passed
+    (PASSED, where the driver says which): an edit that goes wrong where the learner is right is not what the learner wrote,
+    however well it fits the failed cases (arange(start + T, start) raises where arange(start, T) does, but also where
+    start = 0, which arange(start, T) gets right). Where the outcomes are precomputed, an edit absent from a case's
+    holds the reference's outcome there."""
+    for case in PASSED.get() or ():
+        if case.hidden or case.raises is not None or not held:
+            continue
+        want, _ = reference_outcome(exercise, case)
+        found = edit_outcomes(exercise, case, finder, held)
+        held = {n for n in held if n not in found or same_outputs(found[n][1], want)}
+    return held
 
 
 def named_by(exercise, failed, finder, kinds, together=None):

@@ -90,6 +90,8 @@ def _named_values(line, frame):
     for node in ast.walk(tree):
         if not isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
             continue
+        if isinstance(getattr(node, "ctx", None), ast.Store) and not _augmented(tree, node):
+            continue  # what the line assigns to still holds what an earlier line (a loop's last turn) gave it
         text = ast.unparse(node)
         if text in seen:
             continue
@@ -102,6 +104,11 @@ def _named_values(line, frame):
             continue
         found.append((node.col_offset, -len(text), text, value))
     return [(text, value) for *_, text, value in sorted(found, key=lambda f: f[:2])]
+
+
+def _augmented(tree, node):
+    """Whether `node` is the target of an augmented assignment (x += ...), which reads it before it writes it."""
+    return any(isinstance(n, ast.AugAssign) and n.target is node for n in ast.walk(tree))
 
 
 def _evaluate(node, frame):

@@ -102,10 +102,11 @@ def run_call(kind, train_mode, impl, call, grad, weights=None, timeout=DEFAULT_T
                 fn = impl
             if call.seed is not None:
                 torch.manual_seed(call.seed)
-            if kind == "class":
-                result = call.args[0](impl(*call.init, **call.init_kwargs), *call.args[1:], **call.kwargs)
-            else:
-                result = fn(*call.args, **call.kwargs)
+            with layers_keep_to_meta(call.device == "meta" or any(t.device.type == "meta" for t in tensors_in((call.args, call.kwargs)))):
+                if kind == "class":
+                    result = call.args[0](impl(*call.init, **call.init_kwargs), *call.args[1:], **call.kwargs)
+                else:
+                    result = fn(*call.args, **call.kwargs)
     except CheckTimeout as e:
         return Outcome(error=e)
     except Exception as e:  # the learner's code may raise anything
@@ -119,6 +120,32 @@ def run_call(kind, train_mode, impl, call, grad, weights=None, timeout=DEFAULT_T
     return Outcome(outputs=outputs, grads=grads)
 
 
+@contextlib.contextmanager
+def layers_keep_to_meta(active):
+    """In the device cases (inputs on PyTorch's meta device), a layer whose weights are on the meta device and that is
+    handed a tensor from elsewhere raises, as it would on a GPU: an embedding's meta kernel looks up CPU indices
+    without complaint (pos_embed(torch.arange(T)) made without device=), where CUDA raises."""
+    if not active:
+        yield
+        return
+
+    def check(module, args):
+        weight = next(module.parameters(recurse=False), None)
+        if weight is None or weight.device.type != "meta":
+            return
+        for x in tensors_in(args):
+            if x.device != weight.device:
+                raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                                   f"{weight.device} and {x.device}! ({type(module).__name__} with its weights on "
+                                   f"{weight.device} was handed a tensor on {x.device})")
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(check)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
 def state_of(call):
     """The parameters and the mode (training or eval) of every module, the learning rate of every optimizer and
     the scale of every gradient scaler in a call's arguments."""
@@ -127,6 +154,8 @@ def state_of(call):
         if isinstance(arg, torch.nn.Module):
             state |= {f"parameter {name}": p.detach().clone() for name, p in arg.named_parameters()}
             state["model's mode, model.training,"] = arg.training
+            if callable(getattr(arg, "what_it_saw", None)):  # a model that counts its calls (course_lib.gpt.TinyGPT)
+                state |= arg.what_it_saw()
         elif isinstance(arg, torch.optim.Optimizer):
             state["the learning rate"] = arg.param_groups[0]["lr"]
         elif isinstance(arg, torch.amp.GradScaler) and arg.is_enabled():

@@ -114,13 +114,30 @@ def test_endless_loop_is_stopped(monkeypatch):
 def test_partial_credit_prints_the_points_earned_and_returns_nothing(capsys):
     # A returned number would leave a stray `Out: 3.0` in the learner's notebook; under grading the
     # score is written by the grader (autograder.grading.verdict), so the learner's kernel never states it.
+    from autograder.api import points_text
+
     ex = registry.get(SDPA)
     nan_rows = next(m for m in ex.mistakes if m.name == "nan_rows").impl
     assert check(SDPA, nan_rows) is None
     weights = ex.part_weights()
     earned = ex.points * (1 - weights["a query with every key masked"] / sum(weights.values()))
     out = capsys.readouterr().out
-    assert f"◐ {SDPA}: {earned:g}/{ex.points:g} points" in out and "softmax of a row of -inf" in out
+    assert f"◐ {SDPA}: {points_text(earned)}/{points_text(ex.points)} points" in out and "softmax of a row of -inf" in out
+
+
+def test_fractional_points_show_two_decimals_and_the_table_stays_aligned():
+    """Parts of relative weights make fractions (7/3 points): the check's line, `check`'s table and `progress` show
+    them to at most two decimals, and the table's columns stay aligned (issue 59: "2.3333 / 3")."""
+    from autograder.api import points_text
+    from autograder.results import CellResult, table
+
+    assert [points_text(x) for x in (7 / 3, 3, 2.5, 0.0, 134, 35 / 12)] == ["2.33", "3", "2.5", "0", "134", "2.92"]
+    rows = [CellResult("LayerNorm", 2.0, 2.0, "passed", ""), CellResult("DecoderLayer", 7 / 3, 3.0, "partial", "a reason"),
+            CellResult("beam_search", 35 / 12, 3.0, "partial", "another"), CellResult("Transformer", 0.0, 10.0, "failed", "why")]
+    lines = table(rows).splitlines()
+    assert "2.3333" not in "\n".join(lines) and "2.33 / 3 " in lines[2] and lines[-1].split()[1:] == ["7.25", "/", "18"], lines
+    assert len({line.index(" / ") for line in lines[1:]}) == 1, lines  # the header's "points" is centred on the slash
+    assert len({line.index(r.status) for line, r in zip(lines[1:], rows)}) == 1, lines
 
 
 def test_a_failing_public_case_shows_its_inputs_and_where_it_differs(capsys):
@@ -296,6 +313,8 @@ BEHAVIOURS = [
     ("MultiHeadAttention", "weights_after_dropout", "dropout", "after dropout"),
     ("exact_match", "no_eos_matches", "a prediction with no <eos>", "no <eos>"),
     ("beam_search", "no_eval_mode", "eval mode", "model.eval()"),
+    ("greedy_decode", "gradients_on", "without gradients", "torch.no_grad()"),
+    ("beam_search", "gradients_on", "without gradients", "torch.no_grad()"),
     ("FeedForward", "no_dropout", "dropout", "dropout"),
     ("FeedForward", "dropout_after_W_2", "dropout", "W_2"),
     ("EncoderLayer", "no_dropout", "dropout", "dropout"),

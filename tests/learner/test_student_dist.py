@@ -169,6 +169,85 @@ def test_a_folder_that_is_not_empty_is_refused(tmp_path, capsys):
     assert "not empty" in capsys.readouterr().err and (tmp_path / "keep.txt").exists()
 
 
+# ---------------------------------------------------------------- the install and the text a class reads (fast)
+
+
+def install_script(folder):
+    path = folder / "install.py"
+    path.write_text(student_dist.INSTALL.replace("{torch}", student_dist.torch_requirement(ROOT)))
+    return path
+
+
+def test_the_install_takes_pytorchs_cpu_build_on_linux_without_an_nvidia_gpu(tmp_path):
+    """PyPI's torch for Linux is the CUDA build (a 5.9 GB environment on a machine without a GPU, issue 59): there the
+    install takes the CPU build from PyTorch's index first; on macOS, Windows and with a GPU it takes PyPI's."""
+    namespace = {}
+    exec(install_script(tmp_path).read_text().replace('if __name__ == "__main__":', "if False:"), namespace)
+    commands = namespace["commands"]
+    cpu = [sys.executable, "-m", "pip", "install", "torch>=2.13.0", "--index-url", "https://download.pytorch.org/whl/cpu"]
+    editable = [sys.executable, "-m", "pip", "install", "-e", ".[check]"]
+    assert commands(system="Linux", gpu=False) == [cpu, editable]
+    for system, gpu in [("Linux", True), ("Darwin", False), ("Windows", False), ("Windows", True)]:
+        assert commands(system=system, gpu=gpu) == [editable], (system, gpu)
+    if sys.platform != "linux":
+        return
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    said = {}
+    for gpu, path in [(False, "/usr/bin:/bin"), (True, f"{fake}:/usr/bin:/bin")]:
+        done = subprocess.run([sys.executable, "install.py", "--dry-run"], cwd=tmp_path, env=dict(os.environ, PATH=path),
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        said[gpu] = done.stdout
+    assert said[False] == ('$ python -m pip install "torch>=2.13.0" --index-url https://download.pytorch.org/whl/cpu\n'
+                           '$ python -m pip install -e ".[check]"\n')
+    assert said[True] == '$ python -m pip install -e ".[check]"\n'
+
+
+def test_the_readme_says_how_to_install_and_how_large_it_is():
+    readme = student_dist.README.replace("{torch}", student_dist.torch_requirement(ROOT))
+    assert "    python install.py\n" in readme
+    assert 'pip install "torch>=2.13.0" --index-url https://download.pytorch.org/whl/cpu' in readme  # by hand, one line
+    assert "macOS" in readme and "NVIDIA GPU" in readme
+    assert "1.4 GB" in readme and "du -sh" in readme  # the size, and how it was measured
+
+
+def student_versions():
+    for name in ASSIGNMENTS:
+        yield name, student_dist.student_notebook(nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4))
+
+
+def test_the_student_version_offers_nothing_that_only_the_repository_has(tmp_path):
+    ship.write_package(ROOT, tmp_path)
+    for name, nb in student_versions():
+        assert student_dist.not_shipped(nb, tmp_path, tmp_path / "notebooks" / name) == [], name
+        text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        assert "Still stuck? Ask your instructor" in text, name  # reveal() only says there that it is not shipped
+    nb10 = dict(student_versions())["10_a_gpt_of_your_own"]
+    command = next(c.source for c in nb10.cells if "Outside the notebook: your GPT as a command" in c.source)
+    # the distribution ships autograder.my_gpt, so it keeps the section that explains the command and its budgets
+    assert "python -m autograder.my_gpt train" in command and "72 s" in command and "45 s" in command
+    assert (tmp_path / "autograder" / "my_gpt.py").is_file()
+
+
+def test_what_a_notebook_names_that_the_distribution_lacks_is_found(tmp_path):
+    ship.write_package(ROOT, tmp_path)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text) for text in [
+        'Stuck? `reveal("causal_mask")`.',
+        "`benchmarks/bench_gpt.py` reimplements it; [docs/X.md](https://github.com/seqcourse/seqcourse/blob/main/docs/X.md)",
+        "python -m solutions_lib.train --task reverse; python -m autograder.my_gpt train; python -m autograder progress",
+        "python -m autograder.train_gpt; see [the notes](../NOTES.md) and [above](#section-1)",
+    ]] + [nbformat.v4.new_code_cell("from autograder import check, reveal")])
+    found = student_dist.not_shipped(nb, tmp_path, tmp_path / "notebooks" / "10_a_gpt_of_your_own")
+    assert found == [(0, "reveal(: not in the student distribution"), (1, "benchmarks/bench_gpt.py: not in the student distribution"),
+                     (2, "solutions_lib: not in the student distribution"),
+                     (2, "python -m solutions_lib.train: not in the student distribution"),
+                     (3, "python -m autograder.train_gpt: not in the student distribution"),
+                     (3, "a link to ../NOTES.md: not in the student distribution")], found
+
+
 # ---------------------------------------------------------------- the distribution itself (slow)
 
 
@@ -293,6 +372,17 @@ def test_a_notebook_gets_the_same_grades_and_diagnoses_in_both(dist, tmp_path):
         blocked = set(registry.get(exercise_name).depends_on) & set(failed)
         assert failed[exercise_name].endswith(f"Likely mistake: {says}") or blocked and "fix that first" in failed[exercise_name]
     assert graded_in_repository(submissions["mistakes"], tmp_path) == rows
+
+
+@pytest.mark.slow
+def test_the_distribution_installs_as_its_readme_says_and_its_notebooks_name_only_what_it_ships(dist):
+    dest, env = dist
+    assert 'pip install "torch>=2.13.0" --index-url https://download.pytorch.org/whl/cpu' in (dest / "README.md").read_text()
+    done = subprocess.run([sys.executable, "install.py", "--dry-run"], cwd=dest, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.endswith('$ python -m pip install -e ".[check]"\n'), done.stderr
+    for path in sorted((dest / "notebooks").glob("*/*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        assert student_dist.not_shipped(nb, dest, path.parent) == [], path.name
 
 
 @pytest.mark.slow
