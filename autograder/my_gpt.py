@@ -1,6 +1,7 @@
-"""Your own GPT of notebook 10, trained and sampled from the command line.
+"""Your own GPT of notebooks 10 and 11, trained and sampled from the command line.
 
     python -m autograder.my_gpt train                     # the recipe for the device found: CPU 72 s, GPU 45 s
+    python -m autograder.my_gpt train --model gpt   # notebook 10's GPT and recipe, once 11's checks pass
     python -m autograder.my_gpt train --d-model 96 --N 3  # another size
     python -m autograder.my_gpt sample --prompt "ROMEO:" --temperature 0.8 --top-k 40
     python -m autograder.my_gpt sample --prompt "ROMEO:" --beam 4 --tokens 60   # the likeliest text a beam finds
@@ -12,6 +13,10 @@ your Block, and the blocks of notebooks 05-07 where theirs passed), get_batch an
 to sample, your GPT and generate (with sample_next and KVCache), and with --beam your beam_generate. It tokenizes with your notebook 09
 encode and decode where their checks passed, with the course's otherwise. The training loop, the
 recipe and the checkpoint are those of the course's reference command (course_lib.gpt_training).
+
+Once the checks of your notebook 11's ModernGPT and split_parameters pass (saved, in the folder beside
+10_a_gpt_of_your_own/), it trains your ModernGPT with notebook 11's recipe instead: Muon on the matrices your
+split_parameters picks (torch.optim.Muon, whose update your newton_schulz was checked against), AdamW on the rest.
 """
 import time
 
@@ -25,6 +30,7 @@ from course_lib.gpt_training import Missing, Parts, main  # noqa: E402
 from autograder.yours import NotYours, load  # noqa: E402
 
 NOTEBOOK = "10_a_gpt_of_your_own"
+MODERN = "11_a_gpt_as_trained_today"
 PROG = "python -m autograder.my_gpt"
 NEEDED = {"train": ("GPT", "get_batch", "nats_per_char"), "sample": ("GPT", "generate")}
 
@@ -64,11 +70,24 @@ def your_parts(command, parser, here=None):
         except NotYours as e:
             beam = _raising(Missing(f"your notebook 10 cannot search with a beam yet: {e}. Finish that exercise, run its "
                                     "check, save the notebook, and run this again"))
-    print(f"{command}: your {', '.join(n for n in (*NEEDED[command], 'beam_generate') if n in yours)} (10); tokenizer: {said}",
-          flush=True)
+    modern, said_modern = _modern(folder)
+    print(f"{command}: your {', '.join(n for n in (*NEEDED[command], 'beam_generate') if n in yours)} (10){said_modern}; "
+          f"tokenizer: {said}", flush=True)
     return Parts(GPT=yours["GPT"], get_batch=yours.get("get_batch", missing), nats_per_char=yours.get("nats_per_char", missing),
                  generate=yours.get("generate", missing), beam_generate=beam, encode=tokenizer["encode"],
-                 decode=tokenizer["decode"], prog=PROG)
+                 decode=tokenizer["decode"], prog=PROG, **modern)
+
+
+def _modern(folder):
+    """Your ModernGPT and split_parameters of notebook 11, once their checks pass: (Parts' fields, what to say)."""
+    for place in (folder.parent / MODERN, folder / MODERN, folder):
+        if (place / f"{MODERN}.ipynb").is_file():
+            try:
+                found = load(("ModernGPT", "split_parameters"), place)
+            except NotYours as e:
+                return {}, f"; notebook 10's recipe, since your notebook 11 cannot train yet ({e})"
+            return found, ", and your ModernGPT and split_parameters (11) with notebook 11's recipe"
+    return {}, ""
 
 
 def _raising(error):

@@ -35,6 +35,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from course_lib import gpt as course_gpt
+from course_lib import modern
 from course_lib.text import shakespeare, split
 from course_lib.training import (describe_precision, distributed, load_checkpoint, machine_class, RunningLoss, optimizer_step,
                                  precision, process_device)
@@ -65,6 +66,10 @@ class Config:
     seed: int = 0
     bf16: bool = True  # the forward pass under autocast: bfloat16 where the device multiplies it in hardware, float16
     # with a gradient scaler on an older GPU (training.amp_choice); False: float32
+    model: str = "gpt"  # gpt (notebook 10's), modern (notebook 11's ModernGPT), or notebook 11's changes joined by "+"
+    # (course_lib.modern.CHANGES, e.g. rms_norm+rope): notebook 10's GPT with those changes (VariantGPT)
+    muon: bool = False  # Muon on the blocks' matrices at muon_lr, AdamW on the rest (notebook 11)
+    muon_lr: float = 0.02
 
 
 # 2 cores: 0.50 M parameters, bfloat16 where the CPU has it. Measured on 2 cores, bfloat16, 71 s (seed 0), scored by
@@ -91,6 +96,10 @@ def check_config(cfg):
     for name in ("d_model", "h", "N", "d_ff", "block_size", "batch_size", "max_steps"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"{name} must be at least 1, not {getattr(cfg, name)}")
+    if cfg.model not in ("gpt", "modern"):
+        unknown = set(cfg.model.split("+")) - set(modern.CHANGES)
+        if unknown:
+            raise ValueError(f"model must be gpt, modern or changes of {'+'.join(modern.CHANGES)} joined by +, not {cfg.model!r}")
     if not 0 <= cfg.dropout < 1 or cfg.max_seconds < 0 or cfg.eval_every < 0:
         raise ValueError("dropout must lie in [0, 1), max_seconds and eval_every must be >= 0")
 
@@ -120,15 +129,38 @@ RECIPES = {  # training.machine_class(dev, cpu=True): (the recipe, what the text
 }
 
 
-def recipe_for(machine):
+# Notebook 11's recipe: ModernGPT (RMSNorm, rotary positions, QK-norm, ReLU^2, zero-initialised outputs), notebook 10's
+# sizes and AdamW, on a CPU windows of 128 tokens, 12 a batch (the same tokens a step). Fixed steps, seed 0, bfloat16
+# (benchmarks/bench_modern.py): at 2400 steps 1.486 (AdamW at 4e-3: 1.507); with Muon (0.02) on the blocks' matrices
+# 1.489 after 1900 steps, which cost as much time as about 2500 without it: Muon's lead of 600 steps is gone by 1900
+# (notebook 10's GPT 1.536, with Muon 1.533), so a CPU's minute trains without it. Windows of 64 x 24 at 1900 steps
+# with Muon: 1.497; 256 x 6: 1.499; dropout 0.1: 1.507. On a GPU, the GPU recipe's sizes with Muon (not yet measured).
+MODERN_CPU = replace(CPU, model="modern", block_size=128, batch_size=12)
+MODERN_GPU = replace(GPU, model="modern", muon=True)
+MODERN_RECIPES = {  # measured side by side with notebook 10's recipe, 72 s each from the command's start, seed 0: on this
+    # day the same cores trained notebook 10's recipe 1601 steps (bfloat16) to 1.543, and 1149 (float32) to 1.582
+    "cpu-bfloat16": (MODERN_CPU, Expected("2 quiet cores of an AMD EPYC with AVX512-BF16 (2026-12-02: 1240 to 1337 steps, "
+                                          "1.498 to 1.511 over seeds 0-1)", 1300, held_out=(1.48, 1.53), below_kn=(0.0, 0.05))),
+    "cpu-float32": (MODERN_CPU, Expected("the same 2 cores in float32 (SEQCOURSE_PRECISION=float32, 2026-12-02: 971 steps, "
+                                         "1.535)", 970, held_out=(1.51, 1.56), below_kn=(-0.03, 0.02))),
+    "mps-float32": (MODERN_CPU, Expected("Apple silicon's GPU")),
+    "cuda-float16": (MODERN_GPU, Expected("a T4-class GPU (float16 with a gradient scaler)")),
+    "cuda-bfloat16": (MODERN_GPU, Expected("an H100 or H200")),
+}
+
+
+def recipe_for(machine, modern=False):
     """(Config, Expected): the recipe for this class of machine (training.machine_class), and what the text expects of
-    it there; a class the course has not measured (a forced precision: cpu-float16) gets the CPU recipe, no figures."""
-    return RECIPES.get(machine, (CPU, Expected(f"{machine} (a forced precision)")))
+    it there: notebook 10's, or with modern notebook 11's. A class the course has not measured (a forced precision:
+    cpu-float16) gets the CPU recipe, no figures."""
+    recipes, cpu = (MODERN_RECIPES, MODERN_CPU) if modern else (RECIPES, CPU)
+    return recipes.get(machine, (cpu, Expected(f"{machine} (a forced precision)")))
 
 
-def recipe(dev):
-    """The Config the command runs with no flags on device dev (its machine class's, recipe_for)."""
-    return recipe_for(machine_class(dev, cpu=True))[0]
+def recipe(dev, modern=False):
+    """The Config the command runs with no flags on device dev (its machine class's, recipe_for): notebook 10's, or
+    with modern notebook 11's."""
+    return recipe_for(machine_class(dev, cpu=True), modern)[0]
 
 
 # ---------------------------------------------------------------- the building blocks
@@ -148,6 +180,25 @@ class Parts:
     decode: Callable = course_gpt.decode  # (ids, merges) -> text
     build: Callable = lambda model: model
     prog: str = "python -m autograder.my_gpt"
+    ModernGPT: type = None  # notebook 11's, for cfg.model "modern"
+    split_parameters: Callable = modern.block_matrices  # (model) -> (Muon's parameters, AdamW's), for cfg.muon
+
+
+def windows(data, block_size, B, generator=None):
+    """Notebook 10's get_batch by Tensor.unfold, for notebook 11: B random windows of block_size tokens (x) and the
+    token after each position (y), (B, block_size) each, the same draws as the exercise's."""
+    starts = torch.randint(len(data) - block_size, (B,), generator=generator).to(data.device)
+    rows = data.unfold(0, block_size + 1, 1)[starts]  # (B, block_size + 1): a window and its last target
+    return rows[:, :-1], rows[:, 1:]
+
+
+def modern_parts(ModernGPT, split_parameters, prog="notebook 11"):
+    """Parts for notebook 11's runs: cfg.model "modern" trains ModernGPT (with split_parameters for Muon), "gpt" and the
+    changes' names train a VariantGPT; batches by windows, nats per character as notebook 10 defines them."""
+    def cannot(*args, **kwargs):
+        raise Missing(f"{prog} does not sample")
+    return Parts(GPT=modern.VariantGPT, get_batch=windows, nats_per_char=lambda loss, n_tokens, n_chars: loss * n_tokens / n_chars,
+                 generate=cannot, beam_generate=cannot, ModernGPT=ModernGPT, split_parameters=split_parameters, prog=prog)
 
 
 class Missing(Exception):
@@ -315,18 +366,30 @@ def held_out_loss(model, data, block_size, stride=None, batch_size=64):
 
 
 def build_model(cfg, V, parts, model_class=None):
-    """parts.GPT (or model_class, with its constructor) of cfg's size; parts.build applies to parts.GPT only."""
-    kind = model_class or parts.GPT
-    model = kind(V, d_model=cfg.d_model, h=cfg.h, d_ff=cfg.d_ff, N=cfg.N, block_size=cfg.block_size, dropout=cfg.dropout)
-    return parts.build(model) if model_class is None else model
+    """The model cfg.model names, of cfg's size: parts.GPT, parts.ModernGPT, or a VariantGPT with cfg.model's changes
+    (or model_class, with GPT's constructor); parts.build applies to parts.GPT and parts.ModernGPT only."""
+    sizes = dict(d_model=cfg.d_model, h=cfg.h, d_ff=cfg.d_ff, N=cfg.N, block_size=cfg.block_size, dropout=cfg.dropout)
+    if model_class is not None:
+        return model_class(V, **sizes)
+    if cfg.model == "gpt":
+        return parts.build(parts.GPT(V, **sizes))
+    if cfg.model == "modern":
+        if parts.ModernGPT is None:
+            raise Missing("this command has no ModernGPT (notebook 11) to train")
+        return parts.build(parts.ModernGPT(V, **sizes))
+    return modern.VariantGPT(V, **sizes, changes=[c for c in cfg.model.split("+") if c != "muon"])
 
 
-def build_optimizer(model, cfg):
-    """AdamW (betas 0.9, 0.99, as nanoGPT), weight decay on the matrices and embeddings only.
+def build_optimizer(model, cfg, split=modern.block_matrices):
+    """AdamW (betas 0.9, 0.99, as nanoGPT), weight decay on the matrices and embeddings only; with cfg.muon,
+    torch.optim.Muon on the parameters split(model) gives first (the blocks' matrices) and AdamW on the rest
+    (modern.MuonAdamW: each group's lr_scale multiplies the schedule's rate).
 
     The fused AdamW updates every parameter in one kernel; where PyTorch lacks it,
     the multi-tensor version is used instead.
     """
+    if cfg.muon:
+        return modern.MuonAdamW(*split(model), lr=cfg.lr, muon_lr=cfg.muon_lr, weight_decay=cfg.weight_decay)
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
@@ -371,7 +434,7 @@ def fit(cfg, parts, checkpoint=None, resume=None, progress=True, log=print, comp
     torch.manual_seed(cfg.seed)
     data = data or load_data(cfg, parts)
     model = build_model(cfg, data["tokenizer"].V, parts, model_class).to(dev)
-    optimizer = build_optimizer(model, cfg)
+    optimizer = build_optimizer(model, cfg, parts.split_parameters)
     step, history = 0, {"step": [], "loss": [], "held_out": [], "seconds": []}
     if resume:
         step, history = load_checkpoint(resume, model, optimizer, map_location=dev)
@@ -402,7 +465,7 @@ def fit(cfg, parts, checkpoint=None, resume=None, progress=True, log=print, comp
 
     while (done := _progress(cfg, step, clock.budget(), dev)) < 1.0:
         for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, done, cfg)
+            group["lr"] = learning_rate(step, done, cfg) * group.get("lr_scale", 1.0)
         x, y = parts.get_batch(train, cfg.block_size, per_rank, generator=sampler)
         with autocast():
             _, loss = trained(x, y)
@@ -484,7 +547,7 @@ def read_checkpoint(path, prog, map_location="cpu"):
         state = torch.load(path, map_location=map_location, weights_only=False)
     except Exception as e:  # a file of anything: torch.load raises many kinds
         raise ValueError(f"{path} cannot be read as a checkpoint ({type(e).__name__}): train one with {prog} train") from None
-    if not isinstance(state, dict) or "tokenizer" not in state or set(state["config"]) != {f.name for f in fields(Config)}:
+    if not isinstance(state, dict) or "tokenizer" not in state or not set(state["config"]) <= {f.name for f in fields(Config)}:
         raise ValueError(f"{path} is not a checkpoint of {prog} train")
     return state
 
@@ -493,7 +556,10 @@ def load_for_sampling(path, dev, parts):
     """(model in eval mode, tokenizer) from a checkpoint that fit saved."""
     state = read_checkpoint(path, parts.prog, dev)
     cfg, tokenizer = Config(**state["config"]), Tokenizer(**state["tokenizer"], bpe=(parts.encode, parts.decode))
-    model = build_model(cfg, tokenizer.V, parts).to(dev)
+    try:
+        model = build_model(cfg, tokenizer.V, parts).to(dev)
+    except Missing as e:
+        raise ValueError(f"{path} holds a {cfg.model} model: {e}") from None
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as e:
@@ -513,7 +579,8 @@ def arguments(argv, prog, checkpoint=os.path.join("checkpoints", "gpt.pt")):
         choices = ["bpe", "char"] if f.name == "tokenizer" else None
         kind = {"action": argparse.BooleanOptionalAction} if f.type is bool else {"type": type(f.default), "choices": choices}
         train.add_argument("--" + f.name.replace("_", "-"), default=None, **kind,
-                           help=f"default: the device's recipe (CPU {getattr(CPU, f.name)}, GPU {getattr(GPU, f.name)})")
+                           help=f"default: the device's recipe (notebook 11's: CPU {getattr(MODERN_CPU, f.name)}, GPU "
+                                f"{getattr(MODERN_GPU, f.name)}; notebook 10's: CPU {getattr(CPU, f.name)}, GPU {getattr(GPU, f.name)})")
     train.add_argument("--checkpoint", default=checkpoint, help="where to save")
     train.add_argument("--resume", default=None, help="a checkpoint to continue from, with its config; only "
                        "--max-steps (counted from step 0), --max-seconds and --eval-every may change")
@@ -544,7 +611,8 @@ def train_command(parser, args, parts, start):
     given = {f.name: getattr(args, f.name) for f in fields(Config) if getattr(args, f.name) is not None}
     rank, _ = distributed()
     dev = process_device(rank)
-    cfg = replace(recipe(dev), **given)
+    modern = parts.ModernGPT is not None and given.get("model", "modern") != "gpt"  # --model gpt: notebook 10's recipe
+    cfg = replace(recipe(dev, modern=modern), **given)
     if args.resume:
         try:
             saved = read_checkpoint(args.resume, parts.prog)["config"]
@@ -584,10 +652,13 @@ def sample_command(parser, args, parts):
         parser.error("the prompt is empty: give at least one character")
     if args.tokens < 0:
         parser.error(f"--tokens must be >= 0, not {args.tokens}")
+    cached = not args.no_cache and not isinstance(model, modern.VariantGPT)  # a VariantGPT has no KV cache
     if args.beam is not None:
+        if isinstance(model, modern.VariantGPT):
+            parser.error(f"{args.checkpoint} holds a VariantGPT, which has no KV cache: beam search needs one")
         return _beam_search(parser, args, parts, model, tokenizer, torch.tensor([prompt], device=dev))
     generator = torch.Generator(dev).manual_seed(args.seed)
-    ids = parts.generate(model, torch.tensor([prompt], device=dev), args.tokens, use_cache=not args.no_cache,
+    ids = parts.generate(model, torch.tensor([prompt], device=dev), args.tokens, use_cache=cached,
                          temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=generator)
     print(tokenizer.decode(ids[0].tolist()))
 

@@ -16,16 +16,15 @@ a value computed from padding.
 import torch
 import torch.nn.functional as F
 
+from course_lib.modern import causal_attention  # on a CPU under bfloat16, attention in float32
 from solutions_lib.gpt import Block
+from solutions_lib.gpt.modern import RMSNorm, RotaryAttention, apply_rotary
 from solutions_lib.multihead import MultiHeadAttention, merge_heads, split_heads
 from solutions_lib.transformer import Encoder, EncoderLayer, LayerNorm
 
 # From PyTorch 2.5 (pytorch/pytorch#133882) the kernels give a query whose keys are all masked
 # the output 0, as the lesson's module does; before, they gave NaN.
 KERNEL_ZEROES_EMPTY_ROWS = torch.__version__ >= (2, 5)
-# On a CPU the bfloat16 flash kernel's backward pass is 4 times slower than the float32 one (torch 2.13, 24 windows of
-# 64 tokens, 4 heads: 5.8 ms against 1.5 ms for forward and backward): causal attention under bfloat16 autocast runs in
-# float32 there, the matrix products around it in bfloat16. A GPT training step of the CPU recipe on 2 cores: 28 ms before, 17.5 ms after.
 
 
 class FusedLayerNorm(LayerNorm):
@@ -66,14 +65,7 @@ class FusedMultiHeadAttention(MultiHeadAttention):
         """Causal self-attention of x (B, T, d_model): the causal mask as the kernel's own is_causal flag,
         which skips the blocks above the diagonal instead of reading a (T, T) mask."""
         q, k, v = self._project(x, x, x)
-        p = self.dropout.p if self.training else 0.0
-        if q.device.type == "cpu" and q.dtype == torch.bfloat16:  # bfloat16 autocast on a CPU: see the note at the top
-            with torch.autocast("cpu", enabled=False):
-                out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), dropout_p=p, is_causal=True)
-            out = out.to(q.dtype)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-        return self.W_o(merge_heads(out))
+        return self.W_o(merge_heads(causal_attention(q, k, v, self.dropout.p if self.training else 0.0)))
 
     def _project(self, query, key, value):
         """Queries, keys and values, split into heads: (B, h, T, d_k) each."""
@@ -98,6 +90,28 @@ class FusedBlock(Block):
         if cache is None and isinstance(self.attn, FusedMultiHeadAttention):
             return self.attn.causal(x)
         return super().attend(x, cache, i)
+
+
+class FusedRMSNorm(RMSNorm):
+    """RMSNorm by F.rms_norm (one kernel)."""
+
+    def forward(self, x):
+        return F.rms_norm(x, x.shape[-1:], self.weight.to(x.dtype), self.eps)
+
+
+class FusedRotaryAttention(RotaryAttention):
+    """RotaryAttention whose causal attention, without a KV cache, is the kernel's is_causal."""
+
+    def forward(self, x, positions, cache=None, i=0):
+        if cache is not None:
+            return super().forward(x, positions, cache, i)
+        B, T, d_model = x.shape
+        qkv = F.linear(x, torch.cat([self.W_q.weight, self.W_k.weight, self.W_v.weight]))  # one product for the three
+        if qkv.device.type == "cpu" and qkv.dtype == torch.bfloat16:  # a CPU's bfloat16 elementwise work is slow, and
+            qkv = qkv.float()  # its attention runs in float32 anyway (causal_attention)
+        q, k, v = (t.view(B, T, self.h, -1).transpose(1, 2) for t in qkv.chunk(3, dim=-1))
+        q, k = apply_rotary(self.q_norm(q), positions), apply_rotary(self.k_norm(k), positions)
+        return self.W_o(causal_attention(q, k, v).transpose(1, 2).reshape(B, T, d_model))
 
 
 def pack(x, keep):
@@ -138,11 +152,12 @@ class FusedEncoder(Encoder):
 
 
 FUSED = {LayerNorm: FusedLayerNorm, MultiHeadAttention: FusedMultiHeadAttention, Block: FusedBlock,
-         EncoderLayer: FusedEncoderLayer, Encoder: FusedEncoder}
+         EncoderLayer: FusedEncoderLayer, Encoder: FusedEncoder, RotaryAttention: FusedRotaryAttention,
+         RMSNorm: FusedRMSNorm}
 
 
 def fuse(model):
-    """Make every LayerNorm, MultiHeadAttention, GPT Block, EncoderLayer and Encoder of `model` fused,
+    """Make every LayerNorm, MultiHeadAttention, GPT Block, RMSNorm, RotaryAttention, EncoderLayer and Encoder of `model` fused,
     in place; returns `model`."""
     for module in model.modules():
         if type(module) in FUSED:

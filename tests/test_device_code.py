@@ -274,7 +274,7 @@ def sources():
 
 
 def test_the_sources_are_found():
-    assert len(MODULES) > 20 and len(NOTEBOOKS) == 10
+    assert len(MODULES) > 20 and len(NOTEBOOKS) == 11
 
 
 def test_every_tensor_made_in_a_function_that_receives_a_tensor_or_model_is_made_on_its_device():

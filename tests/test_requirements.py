@@ -36,6 +36,7 @@ REQUIREMENTS = {
     ("encode", "must go through the same sequence of states"): "a sentence of its own corpus, 30 merges",
     ("get_batch", "Every window must lie inside the data"): "data of 12 tokens, block_size=11, B=5",
     ("sample_next", "Raise ValueError for settings sample_next cannot use"): ("not a requirement", "given code: check_sampling is written for the learner"),
+    ("newton_schulz", "orthogonalising raises the rare directions"): ("not a requirement", "raises as in lifts: what Muon does to an update"),
 }
 ASKS_FOR_AN_ERROR = re.compile(r"\braise (?:an? )?`?(\w+Error)`?")
 
@@ -225,7 +226,7 @@ COUNTED = "without gradients, each position once"  # notebook 10's part whose mo
 FORGOTTEN = {
     **{(name, "device"): lambda ex: forgetting(ex, "device")
        for name in ("causal_mask", "padding_mask", "make_masks", "Block", "Transformer", "skip_pair_votes", "GPT",
-                    "LearnedPositionalEmbedding")},
+                    "LearnedPositionalEmbedding", "apply_rotary", "RotaryAttention", "ModernGPT")},
     # generation with gradients on: every call of the model builds a graph nobody uses
     **{(name, COUNTED): lambda ex: without_no_grad(ex) for name in ("generate", "beam_generate")},
     # notebook 08's searches, on course_lib's Transformer counting its calls of encode and decode with gradients on

@@ -54,7 +54,7 @@ def block_cases():
 # ---------------------------------------------------------------- GPT
 
 
-def _gpt_case(seed, B, T, V, d_model, h, N, block_size, cached=0, dropout=None, hidden=False):
+def gpt_case(seed, B, T, V, d_model, h, N, block_size, cached=0, dropout=None, hidden=False):
     """Always with targets: the check compares the loss too (a None in place of the loss cannot be compared).
     dropout: the rate, run in training mode right after torch.manual_seed(seed) (Call.seed), in the part "dropout";
     None: dropout=0.1 in eval mode."""
@@ -78,15 +78,15 @@ def _gpt_case(seed, B, T, V, d_model, h, N, block_size, cached=0, dropout=None, 
 
 def gpt_cases():
     return [
-        _gpt_case(11, 2, 5, 11, 8, 2, 2, 8), _gpt_case(12, 3, 8, 13, 12, 3, 1, 8),
-        _gpt_case(13, 1, 6, 9, 16, 4, 2, 10),
-        _gpt_case(14, 2, 2, 11, 8, 2, 2, 8, cached=5), _gpt_case(15, 1, 1, 7, 12, 3, 2, 9, cached=8),
-        _gpt_case(16, 2, 7, 10, 8, 2, 3, 7, hidden=True),
-        _gpt_case(17, 3, 3, 12, 16, 4, 1, 12, cached=6, hidden=True),
-        _gpt_case(18, 2, 5, 11, 8, 2, 2, 8, dropout=0.3), _gpt_case(19, 3, 4, 9, 12, 3, 1, 6, dropout=0.2, hidden=True),
+        gpt_case(11, 2, 5, 11, 8, 2, 2, 8), gpt_case(12, 3, 8, 13, 12, 3, 1, 8),
+        gpt_case(13, 1, 6, 9, 16, 4, 2, 10),
+        gpt_case(14, 2, 2, 11, 8, 2, 2, 8, cached=5), gpt_case(15, 1, 1, 7, 12, 3, 2, 9, cached=8),
+        gpt_case(16, 2, 7, 10, 8, 2, 3, 7, hidden=True),
+        gpt_case(17, 3, 3, 12, 16, 4, 1, 12, cached=6, hidden=True),
+        gpt_case(18, 2, 5, 11, 8, 2, 2, 8, dropout=0.3), gpt_case(19, 3, 4, 9, 12, 3, 1, 6, dropout=0.2, hidden=True),
         # the positions too must be made on idx's device: on the meta device an embedding handed CPU positions raises
         # as on a GPU (autograder.checks.running.layers_keep_to_meta)
-        on_the_meta_device(_gpt_case(10, 2, 5, 11, 8, 2, 2, 8)), on_the_meta_device(_gpt_case(20, 3, 4, 9, 12, 3, 1, 6), hidden=True),
+        on_the_meta_device(gpt_case(10, 2, 5, 11, 8, 2, 2, 8)), on_the_meta_device(gpt_case(20, 3, 4, 9, 12, 3, 1, 6), hidden=True),
     ]
 
 

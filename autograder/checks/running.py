@@ -1,6 +1,6 @@
 """Running code on a case: the learner's function or module and the reference on fresh inputs, under a time
-limit, with the reference's weights copied into the learner's module; what it returned, its gradients and,
-for a training step, the state it left."""
+limit, with the reference's weights copied into the learner's module; what it returned (a model's parameters by
+name), its gradients and, for a training step, the state it left."""
 from __future__ import annotations
 
 import contextlib
@@ -111,13 +111,37 @@ def run_call(kind, train_mode, impl, call, grad, weights=None, timeout=DEFAULT_T
         return Outcome(error=e)
     except Exception as e:  # the learner's code may raise anything
         return Outcome(error=e)
-    outputs = as_tuple(result)
+    outputs = by_name(as_tuple(result), call) if kind == "function" else as_tuple(result)
     if state_after:
         outputs = outputs + (state_of(call),)
     grads = None
     if grad and inputs:
         grads = _gradients(outputs, inputs)
     return Outcome(outputs=outputs, grads=grads)
+
+
+NOT_A_PARAMETER = "a tensor that is none of the model's parameters"
+
+
+def by_name(outputs, call):
+    """The outputs with each parameter of a module among the call's arguments as its name there, through lists and
+    tuples: which parameters a function chose (notebook 11's split_parameters) compared by name and order, not by
+    value. A parameter two names share (a tied head) goes by the first, as named_parameters() lists it; another tensor
+    in a list that holds parameters (a copy of one) is NOT_A_PARAMETER."""
+    names = {id(p): name for arg in list(call.args) + list(call.kwargs.values()) if isinstance(arg, torch.nn.Module)
+             for name, p in arg.named_parameters()}
+
+    def named(x, among_parameters=False):
+        if isinstance(x, torch.Tensor) and id(x) in names:
+            return names[id(x)]
+        if isinstance(x, torch.Tensor) and among_parameters:
+            return NOT_A_PARAMETER
+        if type(x) in (list, tuple):
+            chosen = any(isinstance(v, torch.Tensor) and id(v) in names for v in x)
+            return type(x)(named(v, chosen) for v in x)
+        return x
+
+    return named(outputs) if names else outputs
 
 
 @contextlib.contextmanager

@@ -9,11 +9,12 @@ from solutions_lib import START
 from solutions_lib.fast import fuse
 from solutions_lib.gpt import GPT, beam_generate, generate
 from solutions_lib.gpt.data import get_batch, nats_per_char
+from solutions_lib.gpt.modern import ModernGPT, split_parameters
 
 # The tokens come from course_lib.gpt's encode, which gives solutions_lib.bpe's ids 4 times faster (1.3 s of the budget)
 REFERENCE = gpt_training.Parts(GPT=GPT, get_batch=get_batch, nats_per_char=nats_per_char, generate=generate,
-                               beam_generate=beam_generate, build=fuse,
-                               prog="python -m solutions_lib.gpt")
+                               beam_generate=beam_generate, build=fuse, ModernGPT=ModernGPT,
+                               split_parameters=split_parameters, prog="python -m solutions_lib.gpt")
 
 
 def load_data(cfg):

@@ -94,3 +94,33 @@ def test_without_a_passing_tokenizer_the_course_s_is_used_and_said(tmp_path):
     not_a_checkpoint.write_bytes(b"not a checkpoint")
     bad = _my_gpt(course, "sample", "--checkpoint", str(not_a_checkpoint))
     assert bad.returncode == 2 and "cannot be read as a checkpoint" in bad.stderr, bad.stderr
+
+
+def test_once_notebook_11_passes_a_learner_trains_their_modern_gpt_with_muon_and_samples_it(tmp_path):
+    course = _learner(tmp_path / "course", notebooks=NOTEBOOKS + ["11_a_gpt_as_trained_today"])
+    ckpt = tmp_path / "modern.pt"
+    # a CPU's recipe trains without Muon (course_lib.gpt_training.MODERN_CPU): --muon hands your split to it
+    run = _my_gpt(course, "train", *TINY, "--vocab-size", "262", "--muon", "--checkpoint", str(ckpt), cache=tmp_path / "cache")
+    assert run.returncode == 0, run.stdout + run.stderr
+    first = run.stdout.splitlines()[0]
+    assert first.startswith("train: your GPT, get_batch, nats_per_char (10), and your ModernGPT and split_parameters (11) "
+                            "with notebook 11's recipe;"), first
+    state = torch.load(ckpt, weights_only=False)
+    assert (state["config"]["model"], state["config"]["muon"], state["step"]) == ("modern", True, 6)
+    sample = _my_gpt(course, "sample", "--checkpoint", str(ckpt), "--prompt", "ROMEO:", "--tokens", "8")
+    assert sample.returncode == 0, sample.stdout + sample.stderr
+    assert sample.stdout.split("\n", 1)[1].startswith("ROMEO:")
+    older = _my_gpt(course, "train", *TINY, "--vocab-size", "262", "--model", "gpt", "--checkpoint",
+                    str(tmp_path / "ten.pt"), cache=tmp_path / "cache")
+    assert older.returncode == 0, older.stdout + older.stderr
+    ten = torch.load(tmp_path / "ten.pt", weights_only=False)["config"]
+    assert (ten["model"], ten["muon"], ten["block_size"]) == ("gpt", False, 16)
+
+
+def test_a_modern_gpt_whose_check_fails_leaves_notebook_10_s_recipe_and_says_why(tmp_path):
+    course = _learner(tmp_path / "course", notebooks=NOTEBOOKS + ["11_a_gpt_as_trained_today"], status={"ModernGPT": "failed"})
+    run = _my_gpt(course, "train", *TINY, "--vocab-size", "262", "--checkpoint", str(tmp_path / "g.pt"), cache=tmp_path / "cache")
+    assert run.returncode == 0, run.stdout + run.stderr
+    first = run.stdout.splitlines()[0]
+    assert "; notebook 10's recipe, since your notebook 11 cannot train yet (" in first and "ModernGPT" in first, first
+    assert torch.load(tmp_path / "g.pt", weights_only=False)["config"]["model"] == "gpt"
