@@ -611,7 +611,7 @@ def train_command(parser, args, parts, start):
     given = {f.name: getattr(args, f.name) for f in fields(Config) if getattr(args, f.name) is not None}
     rank, _ = distributed()
     dev = process_device(rank)
-    modern = parts.ModernGPT is not None and given.get("model", "modern") != "gpt"  # --model gpt: notebook 10's recipe
+    modern = getattr(parts, "ModernGPT", None) is not None and given.get("model", "modern") != "gpt"  # --model gpt: 10's recipe
     cfg = replace(recipe(dev, modern=modern), **given)
     if args.resume:
         try:

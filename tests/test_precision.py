@@ -158,7 +158,7 @@ LOCAL_RULE = re.compile(r"torch\.autocast\(|GradScaler\(|is_bf16_supported|get_d
 ALLOWED = {  # (file, text): not a choice of precision
     ("solutions_lib/training.py", "torch.amp.GradScaler(enabled=False)"),  # train_step's scaler that scales nothing
     ("solutions/08_training_a_transformer/08_training_a_transformer.ipynb", "torch.amp.GradScaler(enabled=False)"),
-    ("solutions_lib/fast.py", 'torch.autocast("cpu", enabled=False)'),  # attention in float32 under a CPU's autocast
+    ("course_lib/modern.py", 'torch.autocast("cpu", enabled=False)'),  # attention in float32 under a CPU's autocast
 }
 FLOAT32_EVERYWHERE = "in float32 on every machine"  # the comment of a loop that keeps float32 by design, and why
 
