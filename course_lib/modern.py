@@ -148,10 +148,6 @@ class MuonAdamW:
     def param_groups(self):
         return self.muon.param_groups + self.adamw.param_groups
 
-    @property
-    def state(self):
-        return {**self.muon.state, **self.adamw.state}
-
     def zero_grad(self, set_to_none=True):
         self.muon.zero_grad(set_to_none)
         self.adamw.zero_grad(set_to_none)
