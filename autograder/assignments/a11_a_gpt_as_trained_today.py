@@ -50,15 +50,19 @@ def _shape(shape):
 # ---------------------------------------------------------------- RMSNorm
 
 
-def _rms_case(seed, shape, eps=None, scale=1.0, dtype=torch.float32, part="main", hidden=False):
-    """x of `shape` times `scale` (small: eps matters); eps None: the default."""
+def _rms_case(seed, shape, eps=None, scale=1.0, dtype=torch.float32, part="main", hidden=False, as_built=False):
+    """x of `shape` times `scale` (small: eps matters); eps None: the default. as_built: the gain as RMSNorm builds it."""
     def make():
         x = scale * Draw(seed).randn(*shape, dtype=dtype)
-        return Call((x,), init=(shape[-1],), init_kwargs={} if eps is None else {"eps": eps})
+        call = Call((x,), init=(shape[-1],), init_kwargs={} if eps is None else {"eps": eps})
+        if as_built:
+            call.seed, call.as_built = seed, ("weight",)
+        return call
 
     label = f"x of shape {_shape(shape)}" + ("" if dtype == torch.float32 else f" {str(dtype).removeprefix('torch.')}")
     label += f", entries of size {scale:g}" if scale != 1.0 else ""
     label += f", eps={eps:g}" if eps is not None else ""
+    label += ", its gain as RMSNorm builds it" if as_built else ""
     return Case(label, make, part=part, hidden=hidden)
 
 
@@ -71,6 +75,7 @@ def rms_cases():
         _rms_case(9, (2, 5, 6), dtype=torch.float64, part="float64"),
         _rms_case(10, (3, 4), scale=1e-3, dtype=torch.float64, part="float64"),
         _rms_case(11, (4, 2, 7), dtype=torch.float64, part="float64", hidden=True),
+        _rms_case(12, (2, 3, 6), part="as built", as_built=True), _rms_case(13, (3, 2, 9), part="as built", as_built=True, hidden=True),
     ]
 
 
@@ -156,8 +161,23 @@ def ffn_cases():
 # ---------------------------------------------------------------- ModernGPT
 
 
+def residual_as_built(case, N):
+    """`case` with every block's attn.W_o and ffn.W_2 as ModernGPT builds them (zero: each block starts as the
+    identity), the other weights the reference's."""
+    def make():
+        call = case.make()
+        call.as_built = tuple(f"blocks.{i}.{name}.weight" for i in range(N) for name in ("attn.W_o", "ffn.W_2"))
+        call.seed = 7
+        return call
+
+    label = case.label + ", the projections into the residual stream as ModernGPT builds them"
+    return Case(label, make, part="as built", hidden=case.hidden)
+
+
 def gpt_cases():
     return [
+        residual_as_built(gpt_case(82, 2, 5, 11, 24, 4, 2, 8), N=2), residual_as_built(gpt_case(83, 3, 4, 9, 12, 3, 3, 6), N=3),
+        residual_as_built(gpt_case(84, 1, 6, 13, 16, 2, 1, 7, hidden=True), N=1),
         gpt_case(71, 3, 5, 11, 24, 4, 2, 8), gpt_case(72, 3, 7, 13, 12, 2, 1, 9), gpt_case(73, 1, 6, 9, 8, 2, 3, 10),
         gpt_case(74, 3, 2, 11, 24, 4, 2, 9, cached=5), gpt_case(75, 1, 3, 7, 16, 2, 3, 12, cached=8),
         gpt_case(76, 2, 5, 10, 24, 3, 3, 7, hidden=True),
@@ -228,7 +248,7 @@ def split_cases():
 
 EXERCISES = [
     Exercise("RMSNorm", with_random_gains(modern.RMSNorm), points=2, cases=rms_cases, kind="module",
-             parts={"main": 2, "eps": 1, "float64": 0.5}),
+             parts={"main": 2, "eps": 1, "float64": 0.5, "as built": 0.5}),
     Exercise("apply_rotary", modern.apply_rotary, points=3, cases=rotary_cases,
              parts={"main": 3, "float64": 0.5, "base": 0.5, "device": 0.5}),
     Exercise("RotaryAttention", with_random_gains(modern.RotaryAttention), points=3, cases=attention_cases, kind="module",
@@ -237,7 +257,7 @@ EXERCISES = [
     Exercise("ReLU2FeedForward", modern.ReLU2FeedForward, points=1, cases=ffn_cases, kind="module",
              parts={"main": 2, "no dropout inside": 1}),
     Exercise("ModernGPT", with_random_gains(modern.ModernGPT, residual=True), points=3, cases=gpt_cases, kind="module",
-             parts={"logits and loss": 3, "with a KV cache": 1, "dropout": 0.5, "device": 0.5},
+             parts={"logits and loss": 3, "as built": 1, "with a KV cache": 1, "dropout": 0.5, "device": 0.5},
              depends_on=("RMSNorm", "apply_rotary", "RotaryAttention", "ReLU2FeedForward"), returns=("logits", "loss")),
     Exercise("newton_schulz", modern.newton_schulz, points=3, cases=ns_cases,
              parts={"wide and square": 2, "tall": 1, "steps": 1, "float64": 0.5, "G = 0": 0.5}),

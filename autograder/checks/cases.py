@@ -26,7 +26,10 @@ class Call:
     mode of a module exercise's module for this call, in place of the exercise's train_mode; None keeps that.
     `device`: where a module exercise's module is moved once it holds its weights ("meta" in the device cases: a
     tensor there has a shape, a dtype and a device but no values, so a CPU tells whether the code keeps to the device
-    of its inputs); None leaves it where it was built.
+    of its inputs); None leaves it where it was built. `as_built`: names of a module exercise's parameters that keep
+    the values its class's constructor gave them, built right after torch.manual_seed(seed), in place of the
+    reference's weights (a reference factory that randomises weights is skipped for it): what a docstring says of the
+    initialisation is checked in these cases.
     """
 
     args: tuple = ()
@@ -36,6 +39,7 @@ class Call:
     seed: int | None = None
     train: bool | None = None
     device: str | None = None
+    as_built: tuple = ()
 
 
 @dataclass

@@ -90,9 +90,12 @@ def run_call(kind, train_mode, impl, call, grad, weights=None, timeout=DEFAULT_T
     try:
         with time_limit(timeout):
             if kind == "module":
+                if call.as_built:
+                    torch.manual_seed(call.seed or 0)
+                    impl = getattr(impl, "__wrapped__", impl)  # the class as it builds its modules
                 fn = impl(*call.init, **call.init_kwargs)
                 if weights is not None:
-                    load_weights(fn, weights)
+                    load_weights(fn, weights, keep=call.as_built)
                     fn.train(train_mode)
                 if call.device is not None:
                     fn.to(call.device)
@@ -202,8 +205,9 @@ def _gradients(outputs, inputs):
     return dict(zip(names, grads))
 
 
-def load_weights(student_module, weights):
-    """Copy the reference's parameters (a state dict) into the learner's module, by name."""
+def load_weights(student_module, weights, keep=()):
+    """Copy the reference's parameters (a state dict) into the learner's module, by name, all but those named in
+    `keep`, which stay as the module was built."""
     if not isinstance(student_module, torch.nn.Module):
         raise WeightMismatch(f"constructing it gave a {type(student_module).__name__}, not an nn.Module")
     ref = weights
@@ -224,7 +228,7 @@ def load_weights(student_module, weights):
                 f"parameter {name} has shape {tuple(mine[name].shape)}, expected {tuple(value.shape)}"
                 + (": the same sizes in the reverse order, so the arguments that build it are swapped" if reversed_ else "")
             )
-    student_module.load_state_dict(ref)
+    student_module.load_state_dict({name: value for name, value in ref.items() if name not in keep}, strict=not keep)
 
 
 def parameter_names(impl, kind):

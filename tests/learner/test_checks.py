@@ -305,7 +305,7 @@ def test_a_part_needs_every_one_of_its_cases(exercise):
 
 
 # Behaviour the text asks for that a function's value shows only on some inputs (issue 50): the model's mode,
-# dropout, a prediction with no <eos>. Each is a part of its own, with a public and a hidden case, and the
+# dropout, a prediction with no <eos>, an initialisation. Each is a part of its own, with a public and a hidden case, and the
 # learner's code that misses it fails that part alone and is named by its own sentence.
 BEHAVIOURS = [
     ("train_step", "no_train_mode", "training mode", "model.train()"),
@@ -329,6 +329,9 @@ BEHAVIOURS = [
     ("GPT", "rate_not_passed", "dropout", "rate"),
     ("generate", "no_eval_mode", "eval mode", "model.eval()"),
     ("beam_generate", "no_eval_mode", "eval mode", "model.eval()"),
+    # the initialisation a docstring states, checked on the module as its class builds it (Call.as_built)
+    ("RMSNorm", "gain_zeros", "as built", "torch.ones(d)"),
+    ("ModernGPT", "residual_not_zeroed", "as built", "nn.init.zeros_"),
 ]
 
 
