@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.modern import CHANGES, VariantGPT, block_matrices, rotate
+from course_lib.modern import CHANGES, MuonAdamW, VariantGPT, block_matrices, rotate
+from course_lib.training import optimizer_step
 from solutions_lib.fast import fuse
 from solutions_lib.gpt import KVCache, generate
 from solutions_lib.gpt.modern import ModernGPT, RMSNorm, RotaryAttention, apply_rotary, newton_schulz, split_parameters
@@ -143,6 +144,28 @@ def test_split_parameters_covers_every_parameter_once_and_gives_muon_the_blocks_
         assert [id(p) for p in hidden] == [id(p) for p in model.parameters() if id(p) in set(map(id, hidden))]
         given = block_matrices(model)  # the split course_lib.modern.MuonAdamW is handed
         assert [list(map(id, ps)) for ps in given] == [list(map(id, ps)) for ps in (hidden, other)]
+
+
+def test_muon_adamw_steps_under_a_gradient_scaler_and_skips_a_step_that_overflowed():
+    # the float16 path of a T4-class GPU (course_lib.training.optimizer_step), run by CPU autocast here: GradScaler
+    # unscales and steps MuonAdamW through its param_groups and step alone, and skips both optimizers on an overflow
+    model = modern_gpt(seed=21, dtype=torch.float32).train()
+    opt = MuonAdamW(*split_parameters(model), lr=1e-3, muon_lr=0.02, weight_decay=0.1)
+    idx = ids(2, 8, seed=22)
+    for scale, finite in [(2.0 ** 10, True), (1e38, False)]:
+        scaler = torch.amp.GradScaler("cpu", init_scale=scale)
+        before = {name: p.detach().clone() for name, p in model.named_parameters()}
+        with torch.autocast("cpu", dtype=torch.float16):
+            _, loss = model(idx, idx)
+        optimizer_step(loss, model, opt, scaler, clip=1.0)
+        moved = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
+        if finite:
+            assert moved == set(before), f"not updated: {sorted(set(before) - moved)}"
+            assert scaler.get_scale() == scale
+            assert all("momentum_buffer" in s for s in opt.muon.state.values()) and len(opt.muon.state) == len(opt.muon.param_groups[0]["params"])
+        else:
+            assert not moved, f"updated after an overflow: {sorted(moved)}"
+            assert scaler.get_scale() == pytest.approx(scale * 0.5)
 
 
 # ---------------------------------------------------------------- ModernGPT
