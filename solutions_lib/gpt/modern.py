@@ -66,6 +66,7 @@ class RotaryAttention(nn.Module):
     x: (B, T, d_model), positions: (T,) the positions of x's tokens -> (B, T, d_model)
     cache, i: a KVCache (notebook 10's) and this layer's index in it: the new keys, rotated, join the cached ones,
     and new position t attends to every cached position and to the new ones up to itself.
+    q: (B, h, T, d_k); k, v: (B, h, T_k, d_k), T_k = cached + T once the new keys and values have joined the cache.
     """
 
     def __init__(self, d_model, h, qk_norm=True):
