@@ -92,7 +92,8 @@ def run_call(kind, train_mode, impl, call, grad, weights=None, timeout=DEFAULT_T
             if kind == "module":
                 if call.as_built:
                     torch.manual_seed(call.seed or 0)
-                    impl = getattr(impl, "__wrapped__", impl)  # the class as it builds its modules
+                    if not inspect.isclass(impl):  # a reference factory (a class is built as it is, whatever it carries)
+                        impl = impl.__wrapped__
                 fn = impl(*call.init, **call.init_kwargs)
                 if weights is not None:
                     load_weights(fn, weights, keep=call.as_built)

@@ -371,3 +371,20 @@ def test_a_case_with_dropout_in_training_mode_is_reproducible():
     assert (restored.seed, restored.train) == (case.make().seed, True)  # real fields of Call, pickled with it
     off = run_call(ex.kind, ex.train_mode, ex.reference, dataclasses.replace(case.make(), seed=0, train=False), False, weights)
     assert not torch.equal(off.outputs[0], outcomes[0].outputs[0])
+
+
+def test_an_initialisation_is_checked_on_the_learners_own_class_whatever_it_carries():
+    # Call.as_built unwraps the reference's factory only: a class that names the reference as its __wrapped__ is
+    # still built as itself, and its zero gain fails the part "as built" alone
+    from solutions_lib.gpt.modern import RMSNorm
+
+    class Mine(RMSNorm):
+        __wrapped__ = RMSNorm
+
+        def __init__(self, d, eps=1e-6):
+            super().__init__(d, eps)
+            torch.nn.init.zeros_(self.weight)
+
+    report = check_exercise(registry.get("RMSNorm"), Mine, hidden=True)
+    assert report.failures() and {r.case.part for r in report.failures()} == {"as built"}
+

@@ -162,7 +162,8 @@ def test_muon_adamw_steps_under_a_gradient_scaler_and_skips_a_step_that_overflow
         if finite:
             assert moved == set(before), f"not updated: {sorted(set(before) - moved)}"
             assert scaler.get_scale() == scale
-            assert all("momentum_buffer" in s for s in opt.muon.state.values()) and len(opt.muon.state) == len(opt.muon.param_groups[0]["params"])
+            assert len(opt.muon.state) == len(opt.muon.param_groups[0]["params"])
+            assert all("momentum_buffer" in s for s in opt.muon.state.values())
         else:
             assert not moved, f"updated after an overflow: {sorted(moved)}"
             assert scaler.get_scale() == pytest.approx(scale * 0.5)
