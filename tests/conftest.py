@@ -1,5 +1,6 @@
 """Shared, expensive fixtures: each notebook is released once and every
 submission is graded by real nbgrader once per test run; the tests read the results."""
+import ast
 import json
 import os
 import shutil
@@ -96,7 +97,8 @@ def mistake_plan(name):
 
     A mistake is an edit of the reference, so it calls what the reference calls. An exercise's mistake
     therefore goes into a submission where every exercise it uses, or that uses it, is right: each
-    mistake is graded on its own (the charging of a mistake once is tested in test_verdict.py).
+    mistake is graded on its own (the charging of a mistake once is tested in test_verdict.py). Such a submission
+    leaves out the notebook's demonstrations (graded_cells): they are the complete submission's to run.
     """
     exercises = {ex.name: ex for ex in registry.for_notebook(name)}
 
@@ -115,11 +117,26 @@ def mistake_plan(name):
     return plans
 
 
+def graded_cells(nb):
+    """`nb` with the cells nbgrader knows and the given code (cells of definitions and imports only): its text and its
+    demonstrations go, which train models in notebooks 08, 10 and 11 (a learner may delete them too)."""
+    def given(cell):
+        try:
+            body = ast.parse(cell.source).body
+        except SyntaxError:
+            return False
+        return all(isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)) for n in body)
+
+    kept = nbformat.from_dict(nb)
+    kept.cells = [c for c in kept.cells if c.metadata.get("nbgrader") or (c.cell_type == "code" and given(c))]
+    return kept
+
+
 @pytest.fixture(scope="session")
 def graded_course(released, tmp_path_factory):
     """A course folder graded once by `Grader` (real nbgrader, 2 jobs). Per assignment:
     the example submissions of the demo (complete, blank, two mistakes), made from
-    this run's fresh release, and the submissions that carry every catalogued mistake."""
+    this run's fresh release, and the submissions that carry every catalogued mistake (mistake_plan)."""
     course = tmp_path_factory.mktemp("course")
     plan = {}
     for name in ASSIGNMENTS:
@@ -128,7 +145,7 @@ def graded_course(released, tmp_path_factory):
         subs = demo_submissions(ROOT, name, released / name / f"{name}.ipynb")
         for k, mistakes in enumerate(mistake_plan(name)):
             code = {ex: mistake_source(ex, m) for ex, m in mistakes.items()}
-            subs[f"mistakes{k:02d}"] = fill_submission(rel, sol, code)
+            subs[f"mistakes{k:02d}"] = graded_cells(fill_submission(rel, sol, code))
             plan[(f"mistakes{k:02d}", name)] = mistakes
         for student, nb in subs.items():
             out = course / "submitted" / student / name / f"{name}.ipynb"

@@ -568,6 +568,23 @@ CROSSINGS = {
     "tags_by_the_thousand": (Folder(_many_tags), 0, "could not be read"),
 }
 CATALOG |= CROSSINGS
+# Plain `nbgrader autograde` with the course's configuration runs the same guards and preprocessors that `grade` runs
+# through nbgrader's API (nbgrader_config.py: intake.guard, ids.guard, SandboxedExecute, GradeChecks, LimitOutput,
+# Inert): every layer of the wall is crossed through it once here, and every attack through `grade` above.
+PLAIN = [
+    # the sandbox's view: no reference, no classmate, no gradebook, no course file, no network
+    "imports_the_reference", "copies_a_classmate", "edits_the_gradebook", "writes_outside_its_folder", "opens_a_connection",
+    # processes: none outlives the kernel, none reaches the grader
+    "leaves_a_process_behind", "signals_the_grader",
+    # files in: every refusal of intake.guard, and a name in bytes graded beside the notebook
+    *[s for s, (make, _, _) in CROSSINGS.items() if isinstance(make, Folder)],
+    # results out: the typed format, its caps, and a pickle that runs nothing
+    "forges_a_memo_bomb", "forges_deep_results", "forges_a_lying_tensor", "forges_many_keys", "forges_a_pickle",
+    # what a case printed stays out; a part earns its points only when every case ran
+    "tells_the_hidden_inputs", "answers_from_a_table",
+    # outputs, time, memory: bounded by the same limits
+    "floods_its_outputs", "sleeps_through_the_budget", "fills_the_memory",
+]
 
 
 def write(course, student, make, fill=None):
@@ -692,12 +709,11 @@ def bad_course(tmp_path_factory, course_code):
 
 @pytest.fixture(scope="module")
 def plain_nbgrader_course(tmp_path_factory, course_code, bad_course):
-    """The attacks again, graded by plain `nbgrader autograde` with the course's configuration:
-    in two courses at once, half of the attacks and a classmate in each."""
+    """PLAIN's attacks again, graded by plain `nbgrader autograde` with the course's configuration:
+    in two courses at once, half of them and a classmate in each."""
     listener = Listener()
     env = os.environ | LIMITS | {"PYTHONPATH": str(course_code), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    slow = ["sleeps_through_the_budget", "ignores_interrupts", "floods_the_reply", "forges_huge_results"]  # a minute or half each
-    attackers = slow + [s for s in [*ATTACKS, *AFTER_THE_CHECKS, *CROSSINGS] if s not in slow]
+    attackers = sorted(PLAIN, key=lambda s: s != "sleeps_through_the_budget")  # its minute first, then the rest beside it
 
     def grade(half):
         course = tmp_path_factory.mktemp("plain")
@@ -733,7 +749,7 @@ def test_bad_submission_gets_its_grade_and_a_reason(bad_course, student):
         assert words in reasons, (student, reasons)
 
 
-@pytest.mark.parametrize("student", [*ATTACKS, *AFTER_THE_CHECKS, *CROSSINGS])
+@pytest.mark.parametrize("student", PLAIN)
 def test_an_attack_scores_the_same_through_plain_nbgrader(plain_nbgrader_course, student):
     assert float(plain_nbgrader_course["grades"][student]["score"]) == pytest.approx(CATALOG[student][1])
 
