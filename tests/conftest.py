@@ -1,10 +1,10 @@
 """Shared, expensive fixtures: each notebook is released once and every
 submission is graded by real nbgrader once per test run; the tests read the results."""
-import ast
 import json
 import os
 import shutil
 import subprocess
+import symtable
 import sys
 import tempfile
 from pathlib import Path
@@ -118,18 +118,45 @@ def mistake_plan(name):
 
 
 def graded_cells(nb):
-    """`nb` with the cells nbgrader knows and the given code (cells of definitions and imports only): its text and its
-    demonstrations go, which train models in notebooks 08, 10 and 11 (a learner may delete them too)."""
-    def given(cell):
-        try:
-            body = ast.parse(cell.source).body
-        except SyntaxError:
-            return False
-        return all(isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)) for n in body)
-
+    """`nb` with the cells nbgrader knows and the given code they read (the cells that define the names they read, and
+    so on): its text and the rest of its demonstrations go, which train models in notebooks 08, 10 and 11 (a learner
+    may delete them too)."""
     kept = nbformat.from_dict(nb)
-    kept.cells = [c for c in kept.cells if c.metadata.get("nbgrader") or (c.cell_type == "code" and given(c))]
+    code = [c for c in kept.cells if c.cell_type == "code"]
+    need = set().union(*(_reads(c.source) for c in code if c.metadata.get("nbgrader")))
+    given = [c for c in code if not c.metadata.get("nbgrader")]
+    keep = set()
+    while True:
+        more = {i for i, c in enumerate(given) if i not in keep and _defines(c.source) & need}
+        if not more:
+            break
+        keep |= more
+        need |= set().union(*(_reads(given[i].source) for i in more))
+    kept.cells = [c for c in kept.cells if c.metadata.get("nbgrader") or any(c is given[i] for i in keep)]
     return kept
+
+
+def _table(source):
+    try:
+        return symtable.symtable(source, "cell", "exec")
+    except SyntaxError:
+        return None
+
+
+def _reads(source):
+    """The global names a cell's code reads: at its top level, or inside its functions and classes."""
+    def reads(table):
+        names = {s.get_name() for s in table.get_symbols()
+                 if s.is_referenced() and (s.is_global() or table.get_type() != "function" and not s.is_local())}
+        return names.union(*(reads(t) for t in table.get_children()))
+
+    table = _table(source)
+    return reads(table) if table else set()
+
+
+def _defines(source):
+    table = _table(source)
+    return {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()} if table else set()
 
 
 @pytest.fixture(scope="session")
