@@ -132,7 +132,8 @@ def graded_cells(nb):
             break
         keep |= more
         need |= set().union(*(_reads(given[i].source) for i in more))
-    kept.cells = [c for c in kept.cells if c.metadata.get("nbgrader") or any(c is given[i] for i in keep)]
+    wanted = {id(given[i]) for i in keep}
+    kept.cells = [c for c in kept.cells if c.metadata.get("nbgrader") or id(c) in wanted]
     return kept
 
 
