@@ -28,8 +28,7 @@ import websocket
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from autograder.hub import client  # noqa: E402
-from autograder.hub.__main__ import free_port  # noqa: E402
+from autograder.hub import client, proxy  # noqa: E402
 from autograder.hub.classroom import Classroom  # noqa: E402
 
 TRAIN = """
@@ -157,7 +156,7 @@ def train_all(students, seconds):
 
 
 def class_size(args, n, solo):
-    port = free_port()
+    port = proxy.free_ports(1)[0]
     log = open(Path(args.state) / f"hub-{n}.log", "wb")
     hub = subprocess.Popen([sys.executable, "-m", "autograder.hub", "--students", str(n), "--state", args.state,
                             "--prefix", "bench-", "--home-base", str(Path(args.state) / "home"), "--port", str(port),

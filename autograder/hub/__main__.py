@@ -18,7 +18,6 @@ import argparse
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -81,16 +80,11 @@ def walls(room, args):
 
 def hub_env(room, args):
     """The hub's settings (jupyterhub_config.py); its own and its proxy's API on ports free now, not 8081 and 8001."""
+    api, proxy_api = proxy.free_ports(2, besides={args.port})
     return os.environ | {"SEQCOURSE_HUB_STATE": str(room.state), "SEQCOURSE_HUB_PORT": str(args.port),
                          "SEQCOURSE_HUB_CPU": str(args.cpu), "SEQCOURSE_HUB_MEM": str(args.mem_bytes),
                          "SEQCOURSE_HUB_PIDS": str(args.pids),
-                         "SEQCOURSE_HUB_API_PORT": str(free_port()), "SEQCOURSE_HUB_PROXY_PORT": str(free_port())}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+                         "SEQCOURSE_HUB_API_PORT": str(api), "SEQCOURSE_HUB_PROXY_PORT": str(proxy_api)}
 
 
 def leftovers(hub_pid, room):

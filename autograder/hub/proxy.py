@@ -17,6 +17,7 @@ which `make hub` prints) and stops the hub as SIGTERM does (every server and the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import os
@@ -47,6 +48,19 @@ class Listener:
     def __str__(self):
         pids = f", pid {' '.join(map(str, self.pids))}" if self.pids else ", no process of it visible"
         return f"{user_name(self.uid)} (uid {self.uid}{pids}) listening on {self.address}:{self.port}"
+
+
+def free_ports(n, besides=()):
+    """`n` ports free on 127.0.0.1 now, no two the same and none in `besides`. Each is held until all are chosen:
+    the kernel picks a port for bind(("127.0.0.1", 0)) at random, and may pick a port it just handed out and saw closed."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        while len(ports) < n:
+            s = held.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            if s.getsockname()[1] not in besides:
+                ports.append(s.getsockname()[1])
+        return ports
 
 
 def listeners(port):

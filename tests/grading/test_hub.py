@@ -64,9 +64,7 @@ class Hub:
     """`python -m autograder.hub` for a class of two, on a free port, in folders of its own, from a private checkout."""
 
     def __init__(self, top, checkout):
-        from autograder.hub.__main__ import free_port
-
-        self.top, self.port, self.checkout = top, free_port(), checkout
+        self.top, self.port, self.checkout = top, proxy.free_ports(1)[0], checkout
         self.url = f"http://localhost:{self.port}"
         self.log = top / "hub.log"
         self.state = top / "state"

@@ -28,7 +28,6 @@ import requests
 
 from autograder.hub import __main__ as make_hub
 from autograder.hub import classroom, disks, proxy, wall
-from autograder.hub.__main__ import free_port
 from conftest import ROOT
 
 # the holder of a port in these tests: another account's process (nobody's) where this one may start one, as root;
@@ -117,6 +116,14 @@ def test_the_proxy_s_own_listener_passes_and_none_is_missing():
         assert proxy.door([quiet]) == ([], [])
 
 
+
+def test_ports_chosen_together_are_distinct_and_avoid_those_named():
+    # one at a time, the kernel may hand out a port again once it is closed: a hub's proxy once got the same port
+    # for its public side and its API, and could not listen on the second (EADDRINUSE)
+    first = proxy.free_ports(100)
+    again = proxy.free_ports(100, besides=set(first))
+    assert len(set(first)) == len(set(again)) == 100 and not set(first) & set(again)
+
 # A hub of its own: JupyterHub with CheckedProxy, as autograder/hub/jupyterhub_config.py sets it, and nothing else.
 CONFIG = """
 from autograder.hub.proxy import CheckedProxy
@@ -164,8 +171,9 @@ class Hub:
     """`jupyterhub` with CheckedProxy on `port` (a free one by default), its files in `top`, its log in top/hub.log."""
 
     def __init__(self, top, command, port=None):
-        self.top, self.port, self.api_port = top, port or free_port(), free_port()
-        (top / "jupyterhub_config.py").write_text(CONFIG.format(port=self.port, hub_port=free_port(), top=top,
+        self.port = port or proxy.free_ports(1)[0]
+        self.top, (self.api_port, hub_port) = top, proxy.free_ports(2, besides={self.port})
+        (top / "jupyterhub_config.py").write_text(CONFIG.format(port=self.port, hub_port=hub_port, top=top,
                                                                 api_port=self.api_port, command=command))
         with open(top / "hub.log", "wb") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(top / "jupyterhub_config.py")],
@@ -249,7 +257,8 @@ def test_make_hub_says_why_its_hub_stopped_and_exits_1(chp, tmp_path, monkeypatc
     room = classroom.Classroom(tmp_path, "t-teacher", ["t-student1"], {"t-teacher": "pw0", "t-student1": "pw1"})
     room.hub_dir.mkdir()
     config = tmp_path / "jupyterhub_config.py"  # the proxy's pid file where the class's configuration puts it
-    config.write_text(CONFIG.format(port=port, hub_port=free_port(), api_port=free_port(), command=[chp],
+    hub_port, api_port = proxy.free_ports(2, besides={port})
+    config.write_text(CONFIG.format(port=port, hub_port=hub_port, api_port=api_port, command=[chp],
                                     top=room.proxy_pid_file.parent))
     monkeypatch.setattr(make_hub, "CONFIG", config)
     monkeypatch.setattr(classroom, "prepare", lambda *_, **__: room)  # the class made; its hub is what is tested

@@ -14,7 +14,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from autograder.course import sqlite_url
 from autograder.grading.pages import policy, escaping
+from autograder.hub import proxy
 from conftest import ROOT
 
 ASSIGNMENT, NOTEBOOK, HONEST = "a1", "nb", "ada"
@@ -92,17 +92,11 @@ def course(tmp_path_factory):
     return course
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """A Jupyter server on the course with the instructor's configuration (the formgrader and our extension)."""
 
     def __init__(self, course, home):
-        self.token, port = secrets.token_hex(16), _free_port()
+        self.token, port = secrets.token_hex(16), proxy.free_ports(1)[0]
         self.url = f"http://127.0.0.1:{port}"
         env = dict(os.environ, PATH=PATH, JUPYTER_CONFIG_PATH=str(ROOT / "jupyter-config" / "instructor"), JUPYTER_CONFIG_DIR=str(home / "config"),
                    JUPYTER_RUNTIME_DIR=str(home / "runtime"), JUPYTER_DATA_DIR=str(home / "data"), IPYTHONDIR=str(home / "ipython"))

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from autograder.hub import relay, seccomp, wall
+from autograder.hub import proxy, relay, seccomp, wall
 
 if not shutil.which("bwrap") or not sys.platform.startswith("linux"):
     pytest.skip("a student's wall is bubblewrap's, on Linux", allow_module_level=True)
@@ -51,17 +51,11 @@ def test_the_filter_is_one_rule_a_system_call_whatever_the_architecture():
     assert seccomp.program("riscv64") is None
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def walled():
     """A server in a network of its own (an echo of what it is sent, prefixed), a server on the machine standing for
     the hub's API, and the relay between them."""
-    port, api = free_port(), free_port()
+    port, api = proxy.free_ports(2)
     hub = socket.socket()
     hub.bind(("127.0.0.1", api))
     hub.listen(128)

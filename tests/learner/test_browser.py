@@ -15,7 +15,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ import nbformat
 import pytest
 
 from autograder import registry
+from autograder.hub import proxy
 from conftest import ASSIGNMENTS, ROOT
 
 pytestmark = pytest.mark.slow
@@ -95,17 +95,11 @@ KERNEL_READY_JS = """() => {
 }"""
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Lab:
     """A JupyterLab server, started by `python -m autograder.lab ROLE FOLDER` as the Makefile does."""
 
     def __init__(self, role, course, folder, home):
-        self.role, self.token, self.port = role, secrets.token_hex(16), _free_port()
+        self.role, self.token, self.port = role, secrets.token_hex(16), proxy.free_ports(1)[0]
         self.url = f"http://127.0.0.1:{self.port}"
         home.mkdir(parents=True, exist_ok=True)
         # The user's own Jupyter folders stay out of it; in the private config folder,
