@@ -15,10 +15,13 @@ replaced by stand-ins (`Served`) that answer with the reference's answers, from 
 grader (autograder.grading.replay) over the socket AUTOGRADER_ORACLE, for exactly
 the calls the reference itself makes on that case: the grader judges it on its own
 code when an earlier exercise is wrong, and code that only calls the earlier one
-gets nothing from it.
+gets nothing from it. A call the grader marks as repeatable (a function's, no random
+numbers drawn, no argument changed, no tensor returned) is answered again from a copy
+when the very same request comes again, without a round trip.
 """
 import base64
 import contextlib
+import copy
 import functools
 import io
 import os
@@ -339,7 +342,9 @@ class Served(torch.autograd.Function):
 
     @staticmethod
     def answer(oracle, request, inputs):
-        """Ask for a call's answer; its float tensors carry gradients back to `inputs` through the reference."""
+        """Ask for a call's answer; its float tensors carry gradients back to `inputs` through the reference.
+        Returns (the result, the states its arguments are left in, whether the grader says the same request may be
+        answered again as now: autograder.grading.replay's `repeatable`)."""
         reply = _asked(oracle, request)
         result = reply["result"]
         outs = running.tensors_in(result)
@@ -347,7 +352,7 @@ class Served(torch.autograd.Function):
         if floats and torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
             new = iter(Served.apply(oracle, reply["id"], len(inputs), *inputs, *floats))
             result = _replace(result, {id(o): next(new) for o in floats})
-        return result, reply.get("after", [])
+        return result, reply.get("after", []), reply.get("again") is True
 
     @staticmethod
     def stand_in(name, own, oracle, exercise):
@@ -360,10 +365,19 @@ class Served(torch.autograd.Function):
         if isinstance(own, type):
             return _served_object(name, oracle, ask)
 
+        answered = {}  # {a request without tensors, as text: the answer} where the grader said it may be given again:
+        # notebook 09's train_bpe asks merge_pair the same two times in three, each time a round trip to the grader
+
         def served(*args, **kwargs):
+            request = ask("call", args=portable(args), kwargs=portable(kwargs))
+            key = None if running.tensors_in(request) else repr(request)  # plain values: their repr is exact
+            if key in answered:
+                return copy.deepcopy(answered[key])
             inputs = [t for t in running.tensors_in((args, kwargs)) if t.is_floating_point()]
-            result, after = Served.answer(oracle, ask("call", args=portable(args), kwargs=portable(kwargs)), inputs)
+            result, after, again = Served.answer(oracle, request, inputs)
             restore((args, kwargs), after)
+            if again and key is not None:
+                answered[key] = copy.deepcopy(result)
             return result
 
         return served
@@ -400,7 +414,7 @@ def _served_module(name, own, oracle, ask):
         inputs = [t for t in running.tensors_in((args, kwargs)) if t.is_floating_point()] + [p for _, p in named]
         request = ask("call", args=portable(args), kwargs=portable(kwargs), state=portable(dict(self.state_dict())),
                       training=self.training, params=[n for n, _ in named])
-        result, after = Served.answer(oracle, request, inputs)
+        result, after, _ = Served.answer(oracle, request, inputs)
         restore((args, kwargs), after)
         return result
 
@@ -426,7 +440,7 @@ def _served_object(name, oracle, ask):
         def method(*args, **kwargs):
             inputs = [t for t in running.tensors_in((args, kwargs)) if t.is_floating_point()]
             request = ask("call", state=self._state, method=attr, args=portable(args), kwargs=portable(kwargs))
-            result, after = Served.answer(oracle, request, inputs)
+            result, after, _ = Served.answer(oracle, request, inputs)
             restore((args, kwargs), after[1:])
             object.__setattr__(self, "_state", after[0])
             return result

@@ -213,6 +213,49 @@ def test_a_served_call_leaves_the_random_state_as_the_references_call_left_it(gr
     assert all(torch.equal(a, b) for a, b in zip(first, second) if a is not None)
 
 
+
+def test_a_plain_call_asked_again_is_answered_in_the_sandbox_and_nothing_else_is(monkeypatch):
+    # train_bpe asks merge_pair the same about two times in three: the grader marks a function's call that drew no
+    # random numbers, changed no argument and returned no tensor, and the stand-in answers it again from a copy
+    from autograder.grading import replay
+
+    rec = replay.recordings("09_bpe_tokenization")["train_bpe"][0]
+    merges = [r for r in rec if r.dep == "merge_pair" and r.op == "call"]
+    assert merges and all(replay.repeatable(r) for r in merges)
+    oracle = replay.InProcess("09_bpe_tokenization")
+    monkeypatch.setattr(record.Served, "case", 0)
+    served = record.Served.stand_in("merge_pair", lambda *a: None, oracle, "train_bpe")
+    first = served(*merges[0].bound.values())
+    assert oracle.oracle.requests == 1 and first == merges[0].answer["result"]
+    first.append("the learner's own change")
+    again = served(*merges[0].bound.values())
+    assert oracle.oracle.requests == 1 and again == merges[0].answer["result"]  # a copy: her change is not in it
+    assert served(*merges[1].bound.values()) == merges[1].answer["result"] and oracle.oracle.requests == 2
+    blocks = [r for r in replay.recordings("10_a_gpt_of_your_own")["GPT"][0] if r.dep == "Block" and r.op == "call"]
+    scores = [r for r in replay.recordings("05_self_attention")["scaled_dot_product_attention"][0] if r.dep == "attention_scores"]
+    assert blocks and scores and not any(replay.repeatable(r) for r in blocks + scores)  # a module; a tensor returned
+
+
+def test_a_call_looked_up_by_its_exact_form_finds_what_trying_each_call_finds():
+    from autograder.grading import replay
+
+    oracle = replay.Oracle("09_bpe_tokenization")
+    calls = [r for r in oracle.book["train_bpe"][1] if r.dep == "merge_pair" and r.op == "call"]
+    key = ("train_bpe", 1, "merge_pair", "call", "reference")
+    assert len(calls) > 100 and replay._exact_index(calls) is not None
+    ids, pair, new_id = calls[7].bound.values()
+    requests = [{"args": (ids, pair, new_id), "kwargs": {}}, {"args": (tuple(ids), list(pair)), "kwargs": {"new_id": new_id}},
+                {"args": (ids, pair, new_id + 1), "kwargs": {}}, {"args": (ids, pair, float(new_id)), "kwargs": {}},
+                {"args": (ids, pair), "kwargs": {}}, {"args": (ids, pair, True), "kwargs": {}}]
+    for r in requests:
+        for start in (0, 7, 8, len(calls) - 1):
+            scanned = next((i for i in [*range(start, len(calls)), *range(start)] if oracle._matches(calls[i], r)), None)
+            assert oracle._first_match(key, calls, start, r) == scanned, (r, start)
+    assert oracle._first_match(key, calls, 8, requests[0]) not in (None, 7)  # asked again: the next call so made, if any
+    assert replay._exact([1, (2, "a"), {"k": None}]) == replay._exact(((1, [2, "a"], {"k": None})))
+    assert None in (replay._exact([1.0]), replay._exact(torch.zeros(1)), replay._exact({(1, 2): 3}))
+    assert replay._exact(True) != replay._exact(1)
+
 def test_an_exercise_wrong_on_its_own_is_charged_even_when_an_earlier_one_has_the_same_mistake(grading):
     # sdpa written without the scaling, not through attention_scores, which has that mistake too:
     # its result is what the reference built on attention_scores' mistake gives, but it did not use it.
