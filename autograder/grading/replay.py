@@ -123,9 +123,12 @@ def _same_rng(a, b):
 
 def _exact(x):
     """A hashable form of a plain value, the same for two values exactly when comparing.same_value holds between
-    them without a tolerance; None for a value that holds a float, a tensor, or a dict not keyed by names."""
-    if x is None or type(x) in (bool, int, str):
-        return type(x).__name__, x
+    them without a tolerance; None for a value that holds a float, a tensor, or a dict not keyed by names. An int or
+    a str is its own form (no wrapper per item: a request of millions of ids costs no more memory than itself)."""
+    if type(x) in (int, str):
+        return x
+    if x is None or type(x) is bool:  # True == 1 and hash(True) == hash(1): same_value tells them apart, so does this
+        return "constant", x
     if isinstance(x, (list, tuple)):  # same_value takes a list and a tuple of the same items as the same
         items = tuple(_exact(v) for v in x)
         return None if None in items else ("sequence", items)
@@ -455,7 +458,7 @@ class Oracle:
             args, kwargs = r.get("args", ()), r.get("kwargs", {})
             if not (isinstance(args, tuple) and isinstance(kwargs, dict) and all(isinstance(k, str) for k in kwargs)):
                 return None
-            form = _exact(_plain_bound(_real(key[2]), args, kwargs))
+            form = _exact(_plain_bound(_real(candidates[0].dep), args, kwargs))
             if form is not None:  # the same form exactly when same_value holds: no other call can match
                 found = index.get(form)
                 return None if found is None else found[bisect.bisect_left(found, start) % len(found)]
