@@ -23,6 +23,7 @@ import base64
 import contextlib
 import copy
 import functools
+import importlib
 import io
 import os
 import select
@@ -204,12 +205,29 @@ def record(name, obj):
     from IPython.display import display
 
     seconds = DEFAULT_TIMEOUT_S * (len(_exercise(name)["cases"]) * 2 + 1)
+    if _exercise(name).get("on_meta") and not _unwritten(obj):
+        _load_meta_kernels()
     try:
         blob = isolated(lambda: _sent(outcomes, name, obj), seconds)
     except (CheckTimeout, RuntimeError) as e:
         why = (type(e).__name__, str(e))
         blob = _sent(lambda: {"outcomes": [{"error": why}], "used": [], "replayed": None})
     display({MIME: base64.b64encode(blob).decode(), "text/plain": f"{name}: results sent to the grader"}, raw=True)
+
+
+def _load_meta_kernels():
+    """PyTorch loads torch._dynamo (about 2 s of CPU) the first time a tensor on the meta device meets one of its
+    Python kernels. Loaded here, in the kernel, every check's child has it; loaded in a child, it dies with it, and the
+    next check with a device part loads it again."""
+    importlib.import_module("torch._dynamo")
+
+
+def _unwritten(obj):
+    """True when `obj` is still the release's stub: a function, or a class with a method, that only raises
+    NotImplementedError (its code names nothing else but `super().__init__`). Only the time spent rides on it."""
+    functions = [v for v in vars(obj).values() if callable(v)] if isinstance(obj, type) else [obj]
+    return any(set(getattr(getattr(f, "__code__", None), "co_names", ())) - {"super", "__init__"} == {"NotImplementedError"}
+               for f in functions)
 
 
 # ---------------------------------------------------------------- the reference's answers, served

@@ -19,7 +19,7 @@ import torch
 from nbformat.v4 import new_output
 
 from autograder.checks import driver, running, travel
-from autograder.checks.cases import Outcome
+from autograder.checks.cases import DEVICE, Outcome
 from autograder import registry, wire
 from autograder.api import RESULT_MIME, explain, result_data
 from autograder.checks.charging import charged_once
@@ -40,7 +40,8 @@ def cases_for(notebook):
                 torch.save(travel.portable_call(case.make()), blob)
                 cases.append((blob.getvalue(), case.grad, ref.state_dict() if ref is not None else None))
             exercises[ex.name] = {"kind": ex.kind, "train_mode": ex.train_mode, "state_after": ex.state_after,
-                                  "depends_on": tuple(ex.depends_on), "cases": cases}
+                                  "depends_on": tuple(ex.depends_on), "cases": cases,
+                                  "on_meta": any(case.part == DEVICE for case in ex.cases())}
         buf = io.BytesIO()
         torch.save(exercises, buf)
         _cases[notebook] = buf.getvalue()

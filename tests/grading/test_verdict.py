@@ -5,6 +5,8 @@ import base64
 import io
 import os
 import pickle
+import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -12,7 +14,7 @@ import torch
 from nbformat.v4 import new_code_cell, new_output
 
 from autograder.checks import comparing, driver, running, travel
-from autograder.checks.cases import CheckTimeout, Outcome
+from autograder.checks.cases import DEVICE, CheckTimeout, Outcome
 from autograder import record, registry
 from autograder.grading import verdict
 from autograder.results import notebook_results
@@ -71,11 +73,42 @@ def test_the_cases_file_holds_inputs_and_no_expected_output():
     data = torch.load(io.BytesIO(verdict.cases_for("05_self_attention")), weights_only=False)
     assert set(data) == {ex.name for ex in registry.for_notebook("05_self_attention")}
     for name, ex in data.items():
-        assert set(ex) == {"kind", "train_mode", "state_after", "depends_on", "cases"}
+        assert set(ex) == {"kind", "train_mode", "state_after", "depends_on", "cases", "on_meta"}
         assert len(ex["cases"]) == len(registry.get(name).cases())
+        assert ex["on_meta"] == any(case.part == DEVICE for case in registry.get(name).cases())
         for blob, grad, weights in ex["cases"]:
             assert isinstance(blob, bytes) and isinstance(grad, bool)
             assert set(torch.load(io.BytesIO(blob), weights_only=False)) == {"call", "grads"}
+
+
+LOADED_AFTER = """
+import sys
+from autograder import record
+import solutions_lib.attention as sl
+
+
+def stub(T, device=None):
+    \"\"\"The release's stub.\"\"\"
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+record.record(sys.argv[1], stub if sys.argv[2] == "stub" else getattr(sl, sys.argv[1]))
+print("torch._dynamo" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("name,code,loaded", [("causal_mask", "reference", True), ("causal_mask", "stub", False),
+                                              ("scaled_dot_product_attention", "reference", False)])
+def test_a_check_with_a_device_part_loads_the_meta_kernels_once_in_the_kernel_not_in_each_child(name, code, loaded, tmp_path):
+    """PyTorch's meta kernels load torch._dynamo (about 2 s): the kernel loads it before the first check whose code can
+    reach them, so that no check's child loads it again; a stub's check, or one with no device part, does not."""
+    path = tmp_path / "cases.pt"
+    path.write_bytes(verdict.cases_for("05_self_attention"))
+    done = subprocess.run([sys.executable, "-c", LOADED_AFTER, name, code], capture_output=True, text=True,
+                          env=os.environ | {record.CASES: str(path)}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == str(loaded)
 
 
 def test_a_stub_is_not_implemented(grading):
