@@ -32,6 +32,7 @@ import socket
 import struct
 import sys
 import time
+import types
 
 import torch
 
@@ -224,10 +225,13 @@ def _load_meta_kernels():
 
 def _unwritten(obj):
     """True when `obj` is still the release's stub: a function, or a class with a method, that only raises
-    NotImplementedError (its code names nothing else but `super().__init__`). Only the time spent rides on it."""
-    functions = [v for v in vars(obj).values() if callable(v)] if isinstance(obj, type) else [obj]
-    return any(set(getattr(getattr(f, "__code__", None), "co_names", ())) - {"super", "__init__"} == {"NotImplementedError"}
-               for f in functions)
+    NotImplementedError (its code names nothing else but `super().__init__`). Only the time spent rides on it. Read
+    without running any of the learner's code here in the kernel: no attribute lookup her class could override."""
+    if issubclass(type(obj), type):
+        functions = [v for v in type.__dict__["__dict__"].__get__(obj).values() if type(v) is types.FunctionType]
+    else:
+        functions = [obj] if type(obj) is types.FunctionType else []
+    return any(set(f.__code__.co_names) - {"super", "__init__"} == {"NotImplementedError"} for f in functions)
 
 
 # ---------------------------------------------------------------- the reference's answers, served

@@ -111,6 +111,40 @@ def test_a_check_with_a_device_part_loads_the_meta_kernels_once_in_the_kernel_no
     assert done.stdout.split()[-1] == str(loaded)
 
 
+def test_a_stub_is_told_from_written_code_without_running_any_of_it():
+    ran = []
+
+    def stub(x):
+        """Doc."""
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    class Stub(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            raise NotImplementedError()
+
+    class Looks(type):  # a class whose attributes are her code's to answer
+        def __getattribute__(cls, name):
+            ran.append(name)
+            return type.__getattribute__(cls, name)
+
+    class Hers(metaclass=Looks):
+        def forward(self):
+            raise NotImplementedError()
+
+    class Poses:  # an instance that claims to be a class
+        @property
+        def __class__(self):
+            ran.append("__class__")
+            return type
+
+    written = registry.get("causal_mask").reference, registry.get("SelfAttention").reference, lambda x: x + 1
+    assert [record._unwritten(x) for x in (stub, Stub, Hers)] == [True] * 3
+    assert [record._unwritten(x) for x in (*written, Poses(), None, 3)] == [False] * 6
+    assert ran == []
+
+
 def test_a_stub_is_not_implemented(grading):
     grading("05_self_attention")
 
