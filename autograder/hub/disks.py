@@ -13,6 +13,7 @@ no loop device (a container), her volume is a plain folder, her disk is not limi
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import pwd
 import re
@@ -154,17 +155,24 @@ class Volumes:
 
     def _detach(self, student, say):
         """'' once no loop device holds the student's image, or why one still does. `mount -o loop` sets autoclear,
-        which detaches it at the last unmount; a device left attached (by hand, or by an older mount) is detached."""
+        which detaches it at the last unmount; a device left attached (by hand, or by an older mount) is detached.
+        A copy of her file system that another mount namespace holds is unmounted there first (see unmount_copies)."""
         image = self.image(student)
+        for device in loop_devices(image):
+            why = unmount_copies(device, say)
+            if why:
+                return f"{image}'s file system {why}"
         for _ in range(20):
             devices = loop_devices(image)
             if not devices:
                 return ""
-            for device in devices:
-                if subprocess.run(["losetup", "-d", device], capture_output=True).returncode == 0:
-                    say(f"detached {device} from {image}")
+            for device in devices:  # on a device still open this only sets autoclear: it is gone once nothing holds it
+                subprocess.run(["losetup", "-d", device], capture_output=True)
             time.sleep(0.1)
-        return f"{image} is still attached to {' '.join(devices)} (losetup -j {image})"
+            for device in set(devices) - set(loop_devices(image)):
+                say(f"detached {device} from {image}")
+        return f"{image} is still attached to {' '.join(devices)} (losetup -j {image}; `fuser -v {devices[0]}` names " \
+               "the processes holding it open)"
 
 
 def mount_points():
@@ -196,6 +204,113 @@ def loop_devices(image):
     done = subprocess.run(["losetup", "--noheadings", "--output", "NAME", "--associated", str(image)],
                           capture_output=True, text=True)
     return done.stdout.split()
+
+
+CLONE_NEWNS, UMOUNT_NOFOLLOW = 0x00020000, 8
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def copies_elsewhere(device):
+    """{pid: [mount points]} of `device`'s file system in mount namespaces other than this one, one pid for each.
+    A namespace made (`unshare -m`, a container) while her disk was mounted holds a copy of the mount, which an
+    unmount here does not reach where the mounts do not propagate (a machine without systemd makes them private)."""
+    number = f"{os.major(os.stat(device).st_rdev)}:{os.minor(os.stat(device).st_rdev)}"
+    ours, found = os.stat("/proc/self/ns/mnt").st_ino, {}
+    seen = {ours}
+    for entry in Path("/proc").iterdir():
+        try:
+            namespace = os.stat(entry / "ns" / "mnt").st_ino if entry.name.isdigit() else ours
+            if namespace in seen:
+                continue
+            seen.add(namespace)
+            lines = (entry / "mountinfo").read_text().splitlines()
+        except OSError:  # a process that ended, or a kernel thread
+            continue
+        points = [_unescaped(line.split()[4]) for line in lines if line.split()[2] == number]
+        if points:
+            found[int(entry.name)] = points
+    return found
+
+
+def unmount_copies(device, say):
+    """'' once no other mount namespace mounts `device`, each copy unmounted there (never lazily), or why one still
+    does, with the processes of that namespace. The unmount runs in a forked child that enters the namespace and
+    calls umount2 itself: nothing from that namespace's files is run as root."""
+    for pid, points in copies_elsewhere(device).items():
+        try:
+            fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY)
+        except OSError:
+            continue  # the namespace ended with its last process, and its copy with it
+        try:
+            failed = _unmount_in(fd, sorted(points, key=len, reverse=True), os.stat(device).st_rdev)
+        finally:
+            os.close(fd)
+        if failed:
+            path, code = failed
+            why = os.strerror(code) if code else "another mount covers it there"
+            return (f"is still mounted at {path} in the mount namespace of process {pid} ({_comm(pid)}): {why}; "
+                    f"that namespace's processes: {' '.join(_namespace_processes(pid)[:10])}")
+        for path in points:
+            say(f"unmounted {path} in the mount namespace of process {pid} ({_comm(pid)})")
+    return ""
+
+
+def _unmount_in(fd, points, device):
+    """None once every one of `points` is unmounted in the mount namespace `fd`, or (the point, errno) that was not
+    (errno 0: what is mounted on top there is not the file system of `device`, a device number, and is left alone)."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child alone enters the namespace: this process stays in its own
+        os.close(read)
+        failed = b""
+        try:
+            if LIBC.setns(fd, CLONE_NEWNS) != 0:
+                failed = f"{points[0]}\0{ctypes.get_errno()}".encode()
+            for path in points:
+                if failed:
+                    break
+                try:
+                    code = 0 if os.lstat(path).st_dev != device else None
+                except OSError as e:
+                    code = e.errno
+                if code is None and LIBC.umount2(os.fsencode(path), UMOUNT_NOFOLLOW) != 0:
+                    code = ctypes.get_errno()
+                if code is not None:
+                    failed = os.fsencode(path) + f"\0{code}".encode()
+            os.write(write, failed)
+        finally:
+            os._exit(0)
+    os.close(write)
+    with open(read, "rb") as said:
+        failed = said.read()
+    os.waitpid(child, 0)
+    if not failed:
+        return None
+    path, code = failed.rsplit(b"\0", 1)
+    return os.fsdecode(path), int(code)
+
+
+def _comm(pid):
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "ended"
+
+
+def _namespace_processes(pid):
+    """'PID (command)' of each process in the mount namespace of process `pid`."""
+    try:
+        namespace = os.stat(f"/proc/{pid}/ns/mnt").st_ino
+    except OSError:
+        return []
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.stat(entry / "ns" / "mnt").st_ino == namespace:
+                found.append(f"{entry.name} ({_comm(entry.name)})")
+        except OSError:
+            continue
+    return found
 
 
 def unmount_all(path, say):

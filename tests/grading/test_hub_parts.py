@@ -10,6 +10,7 @@ proxy starts, or while its proxy is down and JupyterHub restarts it; while it ru
 The removal: a class of real accounts and disks (no environments), taken down by the real command; a disk in use is
 kept and named, and the next run finishes; refused while the class's hub runs.
 """
+import errno
 import os
 import pwd
 import re
@@ -415,23 +416,37 @@ def test_make_hub_remove_takes_the_class_down_and_says_what_it_removed(tiny_clas
 def test_a_disk_in_use_is_kept_and_named_and_the_next_removal_finishes(tiny_class):
     room = tiny_class(1)
     student, top = room.students[0], room.state.parent
-    home = room.home(student)
+    home, image = room.home(student), room.volumes.image(student)
     rooted = subprocess.Popen(["sleep", "600"], cwd=home)  # root's, in her home: no removal ends it
+    # mount namespaces made while her disk is mounted (a container, `unshare -m`) hold copies of its mounts, which an
+    # unmount here does not reach: one unused, one with its process in her home
+    copy = ["unshare", "--mount", "--propagation", "private", "sleep", "600"]
+    idle, busy = subprocess.Popen(copy, cwd="/"), subprocess.Popen(copy, cwd=home)
     try:
         done = run_remove(room.state)
-    finally:
         end(rooted)
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert f"make hub-remove: could not remove {student}'s disk: {home} is still mounted" in done.stderr
-    assert f"`fuser -vm {home}` names the processes using it" in done.stderr
-    assert f"make hub-remove: could not remove the account {student}, kept with her disk" in done.stderr
-    assert f"make hub-remove: could not remove {room.state}, kept until all of the above is removed" in done.stderr
-    assert f"removed the Unix account {room.instructor} and its home" in done.stdout
-    assert disks.mounted(home) and disks.mounted(room.volumes.volume(student)) and pwd.getpwnam(student)
-    assert disks.loop_devices(room.volumes.image(student))  # her image kept, mounted, with her files
-    again = run_remove(room.state)
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert f"unmounted {home}" in again.stdout and f"removed the Unix account {student} and its home" in again.stdout
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"make hub-remove: could not remove {student}'s disk: {home} is still mounted" in done.stderr
+        assert f"`fuser -vm {home}` names the processes using it" in done.stderr
+        assert f"make hub-remove: could not remove the account {student}, kept with her disk" in done.stderr
+        assert f"make hub-remove: could not remove {room.state}, kept until all of the above is removed" in done.stderr
+        assert f"removed the Unix account {room.instructor} and its home" in done.stdout
+        assert disks.mounted(home) and disks.mounted(room.volumes.volume(student)) and pwd.getpwnam(student)
+        assert disks.loop_devices(image)  # her image kept, mounted, with her files
+        again = run_remove(room.state)
+        assert again.returncode == 1, again.stdout + again.stderr
+        assert f"unmounted {home}\n" in again.stdout
+        assert f"unmounted {home} in the mount namespace of process {idle.pid} (sleep)" in again.stdout
+        assert (f"make hub-remove: could not remove {student}'s disk: {image}'s file system is still mounted at {home} in "
+                f"the mount namespace of process {busy.pid} (sleep): {os.strerror(errno.EBUSY)}; that namespace's "
+                f"processes: {busy.pid} (sleep)\n") in again.stderr
+        assert "detached" not in again.stdout and disks.loop_devices(image) and pwd.getpwnam(student)
+    finally:
+        for process in (rooted, idle, busy):
+            end(process)
+    last = run_remove(room.state)
+    assert last.returncode == 0, last.stdout + last.stderr
+    assert f"removed the Unix account {student} and its home" in last.stdout
     assert not room.state.exists() and [f for f in backing_files() if f.startswith(f"{top}/")] == []
 
 
