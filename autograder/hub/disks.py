@@ -233,9 +233,10 @@ def copies_elsewhere(device):
 
 
 def unmount_copies(device, say):
-    """'' once no other mount namespace mounts `device`, each copy unmounted there (never lazily), or why one still
-    does, with the processes of that namespace. The unmount runs in a forked child that enters the namespace and
+    """'' once no other mount namespace mounts `device`, each copy unmounted there (never lazily), or why some still
+    do, with the processes of each such namespace. The unmount runs in a forked child that enters the namespace and
     calls umount2 itself: nothing from that namespace's files is run as root."""
+    kept = []
     for pid, points in copies_elsewhere(device).items():
         try:
             fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY)
@@ -248,11 +249,12 @@ def unmount_copies(device, say):
         if failed:
             path, code = failed
             why = os.strerror(code) if code else "another mount covers it there"
-            return (f"is still mounted at {path} in the mount namespace of process {pid} ({_comm(pid)}): {why}; "
-                    f"that namespace's processes: {' '.join(_namespace_processes(pid)[:10])}")
+            kept.append(f"at {path} in the mount namespace of process {pid} ({_comm(pid)}): {why}; "
+                        f"that namespace's processes: {' '.join(_namespace_processes(pid)[:10])}")
+            continue
         for path in points:
             say(f"unmounted {path} in the mount namespace of process {pid} ({_comm(pid)})")
-    return ""
+    return f"is still mounted {', and '.join(kept)}" if kept else ""
 
 
 def _unmount_in(fd, points, device):

@@ -419,9 +419,11 @@ def test_a_disk_in_use_is_kept_and_named_and_the_next_removal_finishes(tiny_clas
     home, image = room.home(student), room.volumes.image(student)
     rooted = subprocess.Popen(["sleep", "600"], cwd=home)  # root's, in her home: no removal ends it
     # mount namespaces made while her disk is mounted (a container, `unshare -m`) hold copies of its mounts, which an
-    # unmount here does not reach: one unused, one with its process in her home
+    # unmount here does not reach: one with its process in her home, then one unused (met after the busy one, it is
+    # unmounted all the same)
     copy = ["unshare", "--mount", "--propagation", "private", "sleep", "600"]
-    idle, busy = subprocess.Popen(copy, cwd="/"), subprocess.Popen(copy, cwd=home)
+    busy = subprocess.Popen(copy, cwd=home)
+    idle = subprocess.Popen(copy, cwd="/")
     try:
         done = run_remove(room.state)
         end(rooted)
