@@ -211,24 +211,34 @@ LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def copies_elsewhere(device):
-    """{pid: [mount points]} of `device`'s file system in mount namespaces other than this one, one pid for each.
-    A namespace made (`unshare -m`, a container) while her disk was mounted holds a copy of the mount, which an
-    unmount here does not reach where the mounts do not propagate (a machine without systemd makes them private)."""
-    number = f"{os.major(os.stat(device).st_rdev)}:{os.minor(os.stat(device).st_rdev)}"
-    ours, found = os.stat("/proc/self/ns/mnt").st_ino, {}
-    seen = {ours}
-    for entry in Path("/proc").iterdir():
+    """[(pids, mount points)] of `device`'s file system in each mount namespace other than this one, with the pids of
+    that namespace's processes. A namespace made (`unshare -m`, a container) while her disk was mounted holds a copy
+    of the mount, which an unmount here does not reach where the mounts do not propagate (a machine without systemd
+    makes them private)."""
+    rdev = os.stat(device).st_rdev
+    number, ours, found = f"{os.major(rdev)}:{os.minor(rdev)}", os.stat("/proc/self/ns/mnt").st_ino, []
+    for namespace, pids in _namespaces().items():
+        if namespace == ours:
+            continue
         try:
-            namespace = os.stat(entry / "ns" / "mnt").st_ino if entry.name.isdigit() else ours
-            if namespace in seen:
-                continue
-            seen.add(namespace)
-            lines = (entry / "mountinfo").read_text().splitlines()
-        except OSError:  # a process that ended, or a kernel thread
+            lines = Path(f"/proc/{pids[0]}/mountinfo").read_text().splitlines()
+        except OSError:  # its process ended
             continue
         points = [_unescaped(line.split()[4]) for line in lines if line.split()[2] == number]
         if points:
-            found[int(entry.name)] = points
+            found.append((pids, points))
+    return found
+
+
+def _namespaces():
+    """{a mount namespace (its inode): the pids of its processes}, for every process."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit():
+                found.setdefault(os.stat(entry / "ns" / "mnt").st_ino, []).append(int(entry.name))
+        except OSError:  # a process that ended
+            continue
     return found
 
 
@@ -237,7 +247,8 @@ def unmount_copies(device, say):
     do, with the processes of each such namespace. The unmount runs in a forked child that enters the namespace and
     calls umount2 itself: nothing from that namespace's files is run as root."""
     kept = []
-    for pid, points in copies_elsewhere(device).items():
+    for pids, points in copies_elsewhere(device):
+        pid = pids[0]
         try:
             fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY)
         except OSError:
@@ -250,7 +261,7 @@ def unmount_copies(device, say):
             path, code = failed
             why = os.strerror(code) if code else "another mount covers it there"
             kept.append(f"at {path} in the mount namespace of process {pid} ({_comm(pid)}): {why}; "
-                        f"that namespace's processes: {' '.join(_namespace_processes(pid)[:10])}")
+                        f"that namespace's processes: {' '.join(f'{p} ({_comm(p)})' for p in pids[:10])}")
             continue
         for path in points:
             say(f"unmounted {path} in the mount namespace of process {pid} ({_comm(pid)})")
@@ -297,22 +308,6 @@ def _comm(pid):
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return "ended"
-
-
-def _namespace_processes(pid):
-    """'PID (command)' of each process in the mount namespace of process `pid`."""
-    try:
-        namespace = os.stat(f"/proc/{pid}/ns/mnt").st_ino
-    except OSError:
-        return []
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and os.stat(entry / "ns" / "mnt").st_ino == namespace:
-                found.append(f"{entry.name} ({_comm(entry.name)})")
-        except OSError:
-            continue
-    return found
 
 
 def unmount_all(path, say):
