@@ -242,7 +242,7 @@ def portable(x):
     if isinstance(x, torch.Tensor):
         return x.detach()
     if isinstance(x, (list, tuple)):
-        return type(x)(portable(v) for v in x)
+        return type(x)(x if wire.only_scalars(x) else (portable(v) for v in x))
     if isinstance(x, dict):
         return {k: portable(v) for k, v in x.items()}
     if x is None or isinstance(x, (bool, int, float, str)):
@@ -267,7 +267,7 @@ def restore(x, after):
 
 def _stateful(x):
     if isinstance(x, (list, tuple)):
-        return [s for v in x for s in _stateful(v)]
+        return [] if wire.only_scalars(x) else [s for v in x for s in _stateful(v)]
     if isinstance(x, dict):
         return [s for v in x.values() for s in _stateful(v)]
     if isinstance(x, torch.Generator) or not (x is None or isinstance(x, (torch.Tensor, bool, int, float, str, torch.dtype, torch.device))):

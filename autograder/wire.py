@@ -24,8 +24,17 @@ DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)}
 
 
+SCALARS = frozenset({int, float, str, bool, type(None)})  # exactly these types: a subclass goes item by item
+
+
 class WireError(ValueError):
     pass
+
+
+def only_scalars(items):
+    """Whether a list's or a tuple's items are all ints, floats, strs, bools or None: read without a Python call per
+    item (notebook 09's calls pass lists of ids, tens of thousands of times)."""
+    return set(map(type, items)) <= SCALARS
 
 
 def encode(value, max_bytes=None):
@@ -41,10 +50,9 @@ def encode(value, max_bytes=None):
             return float(x) if isinstance(x, float) else int(x)
         if isinstance(x, torch.Tensor):
             return {"T": tensor(x)}
-        if isinstance(x, tuple):
-            return {"U": [node(v, depth + 1) for v in x]}
-        if isinstance(x, list):
-            return {"L": [node(v, depth + 1) for v in x]}
+        if isinstance(x, (tuple, list)):  # a scalar of exactly its type is its own node
+            items = list(x) if depth < MAX_DEPTH and only_scalars(x) else [node(v, depth + 1) for v in x]
+            return {"U" if isinstance(x, tuple) else "L": items}
         if isinstance(x, dict):
             if not all(_hashable(k) for k in x):
                 raise WireError("a dict key that is not a plain value")
@@ -100,10 +108,9 @@ def _value(x, data, depth):
     (kind, body), = x.items()
     if kind in ("L", "U", "D") and not isinstance(body, list):
         raise WireError(f"{kind}: not a list")
-    if kind == "L":
-        return [_value(v, data, depth + 1) for v in body]
-    if kind == "U":
-        return tuple(_value(v, data, depth + 1) for v in body)
+    if kind in ("L", "U"):  # JSON's scalars are their own values
+        items = body if depth < MAX_DEPTH and only_scalars(body) else [_value(v, data, depth + 1) for v in body]
+        return items if kind == "L" else tuple(items)
     if kind == "D":
         out = {}
         for pair in body:

@@ -12,6 +12,7 @@ import time
 import torch
 
 from autograder.checks.cases import CheckTimeout, Case, DEFAULT_TIMEOUT_S, Outcome, StudentError, WeightMismatch, raised
+from autograder.wire import only_scalars
 
 
 @contextlib.contextmanager
@@ -47,7 +48,7 @@ def tensors_in(obj):
     if isinstance(obj, torch.Tensor):
         return [obj]
     if isinstance(obj, (list, tuple)):
-        return [t for o in obj for t in tensors_in(o)]
+        return [] if only_scalars(obj) else [t for o in obj for t in tensors_in(o)]
     if isinstance(obj, dict):
         return [t for o in obj.values() for t in tensors_in(o)]
     return []

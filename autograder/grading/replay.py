@@ -93,9 +93,10 @@ def _record(ex, case, impl=None):
     with _RNG, _random_state_kept():
         ref = running.reference_module(ex, case)
         weights = ref.state_dict() if ref is not None else None
+        call = case.make()  # before the recorders: the sandbox gets a case's inputs made (notebook 09's train merges)
         wrapped = {dep: _recorder(dep, _real(dep), calls) for dep in ex.depends_on}
         with in_place(wrapped):
-            done = running.run_call(ex.kind, ex.train_mode, impl or ex.reference, case.make(), False, weights, None, ex.state_after)
+            done = running.run_call(ex.kind, ex.train_mode, impl or ex.reference, call, False, weights, None, ex.state_after)
     if done.error is not None and impl is None:
         raise RuntimeError(f"recording {ex.name} [{case.label}] failed: {done.error!r}") from done.error
     return calls
@@ -130,6 +131,8 @@ def _exact(x):
     if x is None or type(x) is bool:  # True == 1 and hash(True) == hash(1): same_value tells them apart, so does this
         return "constant", x
     if isinstance(x, (list, tuple)):  # same_value takes a list and a tuple of the same items as the same
+        if set(map(type, x)) <= {int, str}:
+            return "sequence", tuple(x)
         items = tuple(_exact(v) for v in x)
         return None if None in items else ("sequence", items)
     if isinstance(x, dict) and all(type(k) is str for k in x):
@@ -439,8 +442,8 @@ class Oracle:
                 rec = candidates[i]
                 self._next[key] = i + 1
                 answer = dict(rec.answer)
-                if rec.rng is not None and _same_rng(r.get("rng"), rec.rng[0]):  # from where the reference's call began:
-                    answer["rng"] = rec.rng[1]  # the stand-in leaves the generator where the reference's call left it
+                if rec.rng is not None and not _same_rng(*rec.rng) and _same_rng(r.get("rng"), rec.rng[0]):  # from where
+                    answer["rng"] = rec.rng[1]  # the reference's call began: the stand-in leaves the generator where it left it
                 if op == "call":
                     self.given.append((rec, self._order(rec, r), r.get("params", [])))
                     return {"id": len(self.given) - 1, **answer, **({"again": True} if repeatable(rec) else {})}

@@ -323,6 +323,24 @@ def test_a_call_looked_up_by_its_exact_form_finds_what_trying_each_call_finds():
     assert None in (replay._exact([1.0]), replay._exact(torch.zeros(1)), replay._exact({(1, 2): 3}))
     assert replay._exact(True) != replay._exact(1)
 
+
+def test_a_case_s_inputs_are_made_before_its_calls_are_recorded():
+    # the sandbox gets a case's inputs made: the calls that make them (train_bpe's into merge_pair, for the merges
+    # of encode's cases) are not the exercise's, no request ever matches them, and recording them cost seconds
+    from autograder.grading import replay
+    import solutions_lib.bpe as bpe
+
+    ex, real = registry.get("encode"), bpe.merge_pair
+    recorded = replay.recordings("09_bpe_tokenization")["encode"]
+    for case, calls in zip(ex.cases(), recorded):
+        text, merges = case.make().args
+        made = []
+        with replay.in_place({"merge_pair": lambda *a: made.append(a) or real(*a)}):
+            bpe.encode(text, merges)
+        assert [list(c.bound.values()) for c in calls] == [list(a) for a in made], case.label
+    assert sum(map(len, recorded)) < 2000 and any(recorded)
+
+
 def test_an_exercise_wrong_on_its_own_is_charged_even_when_an_earlier_one_has_the_same_mistake(grading):
     # sdpa written without the scaling, not through attention_scores, which has that mistake too:
     # its result is what the reference built on attention_scores' mistake gives, but it did not use it.
