@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # COURSE_ASSIGNMENTS=01_rnn_lstm,02_markov_to_attention limits the notebook tests, and every test
 # parametrised over exercises (exercises() below), to those notebooks; course-wide tests still run.
 ASSIGNMENTS = [a for a in assignments(ROOT) if a in os.environ.get("COURSE_ASSIGNMENTS", a).split(",")]
+COMPLETE, BLANK, TWO_MISTAKES = DEMO_STUDENTS
 
 
 def exercises():
@@ -164,13 +165,16 @@ def _defines(source):
 def graded_course(released, tmp_path_factory):
     """A course folder graded once by `Grader` (real nbgrader, 2 jobs). Per assignment:
     the example submissions of the demo (complete, blank, two mistakes), made from
-    this run's fresh release, and the submissions that carry every catalogued mistake (mistake_plan)."""
+    this run's fresh release, and the submissions that carry every catalogued mistake (mistake_plan).
+    The two mistakes' submission leaves out the demonstrations (graded_cells): the complete one runs them,
+    and in notebooks 08, 10 and 11 they train."""
     course = tmp_path_factory.mktemp("course")
     plan = {}
     for name in ASSIGNMENTS:
         rel = nbformat.read(released / name / f"{name}.ipynb", as_version=4)
         sol = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
         subs = demo_submissions(ROOT, name, released / name / f"{name}.ipynb")
+        subs[TWO_MISTAKES] = graded_cells(subs[TWO_MISTAKES])
         for k, mistakes in enumerate(mistake_plan(name)):
             code = {ex: mistake_source(ex, m) for ex, m in mistakes.items()}
             subs[f"mistakes{k:02d}"] = graded_cells(fill_submission(rel, sol, code))
@@ -219,8 +223,6 @@ def results_of(course, student, name):
     path = Path(course) / "autograded" / student / name / f"{name}.ipynb"
     return {r.exercise: r for r in notebook_results(nbformat.read(path, as_version=4))}
 
-
-COMPLETE, BLANK, TWO_MISTAKES = DEMO_STUDENTS
 
 
 def judged_in_process(notebook, namespace, only=None):
