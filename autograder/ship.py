@@ -50,7 +50,7 @@ def exercise_data(ex):
         if case.hidden:
             continue
         want, weights = running.reference_outcome(ex, case)
-        expected = _portable(want)
+        expected = portable(want)
         if not comparing.same_value(expected.outputs, want.outputs):
             raise ShipError(f"{ex.name} [{case.label}]: the reference returns something that cannot be stored")
         blob = io.BytesIO()
@@ -59,8 +59,8 @@ def exercise_data(ex):
         cases.append({
             "label": case.label, "part": case.part, "grad": case.grad, "call": blob.getvalue(), "raises": case.raises,
             "expected": expected, "weights": weights,
-            "mistakes": {m.name: _portable(catalogue.mistake_outcome(ex, m, case)) for m in ex.mistakes},
-            "variants": {n: (says, _portable(out)) for n, (says, out) in variants.variant_outcomes(ex, case).items()},
+            "mistakes": {m.name: portable(catalogue.mistake_outcome(ex, m, case)) for m in ex.mistakes},
+            "variants": {n: (says, portable(out)) for n, (says, out) in variants.variant_outcomes(ex, case).items()},
             "edits": edit_data(ex, case, want),
         })
         foreign = _not_shipped_modules(pickled_modules(blob.getvalue()))
@@ -80,14 +80,14 @@ def edit_data(ex, case, want):
     reference's `want` (the others can never be named), and only finders that found one."""
     found = {}
     for finder in relations.EDIT_FINDERS:
-        kept = {n: (says, _portable(out)) for n, (says, out) in edits.edit_outcomes(ex, case, finder).items()
+        kept = {n: (says, portable(out)) for n, (says, out) in edits.edit_outcomes(ex, case, finder).items()
                 if not comparing.same_outputs(out, want)}
         if kept:
             found[edits.finder_key(finder)] = kept
     return found
 
 
-def _portable(outcome):
+def portable(outcome):
     """The outcome without autograd graphs, its error one that loads anywhere."""
     return Outcome(outputs=travel.plain(outcome.outputs), grads=travel.plain(outcome.grads), error=_portable_error(outcome.error))
 

@@ -67,7 +67,7 @@ class SandboxedExecute(Execute):
         root = Path(self.root) if self.root else find_root()
         name = resources["nbgrader"]["notebook"]
         folder = Path(resources["metadata"]["path"])
-        self._sandbox = sandbox.Sandbox(views.view(root, name) if sandboxed else None, folder, verdict.cases_for(name), self.limits,
+        self._sandbox = sandbox.Sandbox(views.view(root, name) if sandboxed else None, folder, verdict.prepare(root, name), self.limits,
                                         hide=[root, folder.parents[2] if len(folder.parents) > 2 else folder], sandboxed=sandboxed)
         # each check cell is judged as soon as it ran, so that the reference's answers are served to a later
         # exercise only where an earlier one it uses is wrong; GradeChecks then writes these verdicts

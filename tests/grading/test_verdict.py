@@ -456,3 +456,32 @@ def test_a_long_reason_keeps_its_likely_mistake_whole():
     said = _one_line(f"{case} Likely mistake: you back-propagated the loss itself.")
     assert len(said) <= 401 and said.endswith(" Likely mistake: you back-propagated the loss itself.") and "…" in said
     assert _one_line("short\nreason") == "short reason" and _one_line("z" * 500) == "z" * 400 + "…"
+
+
+def test_the_reference_s_outcomes_are_computed_once_per_version_of_the_code_and_read_back_the_same(monkeypatch, tmp_path):
+    # the first grading process of a version of the course's code runs the reference on every case, hidden ones too,
+    # and keeps the outcomes in the grader's cache; the next reads them and runs the reference no more
+    from autograder.course import CACHE
+
+    name = "05_self_attention"
+    monkeypatch.setenv(CACHE, str(tmp_path / "cache"))
+    monkeypatch.setattr(verdict, "_cases", {})
+    blob = verdict.prepare(ROOT, name)
+    [kept] = (tmp_path / "cache" / "grading").glob(f"{name}-*.pt")
+    assert blob == verdict.cases_for(name) and not (tmp_path / "cache" / "views").exists()
+    key = lambda ex: ("reference", running.who(ex))
+    live = {(ex.name, i): case.memo.pop(key(ex)) for ex in registry.for_notebook(name) for i, case in enumerate(ex.cases())}
+    assert any(case.hidden for ex in registry.for_notebook(name) for case in ex.cases())
+    monkeypatch.setattr(verdict, "_cases", {})  # as in the next process
+    monkeypatch.setattr(running, "_reference_outcome", lambda *a: pytest.fail("the reference ran again"))
+    assert verdict.prepare(ROOT, name) == blob
+    for ex in registry.for_notebook(name):
+        for i, case in enumerate(ex.cases()):
+            (want, weights), (was, was_weights) = running.reference_outcome(ex, case), live[(ex.name, i)]
+            assert comparing.same_value(want.outputs, was.outputs) and comparing.same_value(want.grads, was.grads), (ex.name, case.label)
+            assert type(want.error) is type(was.error) and comparing.same_value(weights, was_weights)
+    kept.write_bytes(b"cut short by a full disk")  # unreadable: computed again, and written again
+    monkeypatch.undo()
+    monkeypatch.setenv(CACHE, str(tmp_path / "cache"))
+    monkeypatch.setattr(verdict, "_cases", {})
+    assert verdict.prepare(ROOT, name) == blob and torch.load(kept, weights_only=False)["cases"] == blob
