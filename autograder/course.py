@@ -5,6 +5,7 @@ import hashlib
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -50,6 +51,18 @@ def cache_dir(root):
         raise CourseError(f"{CACHE}={named} is not this user's alone (it must be owned by you and writable by no one "
                           "else): every grading sandbox mounts what is kept there")
     return folder
+
+
+def keep(path, blob, pattern):
+    """Write `blob` to `path` in cache_dir whole or not at all (another process computing the same writes the same),
+    then drop the other versions that `pattern` finds beside it (drop_older)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    with os.fdopen(fd, "wb") as f:
+        f.write(blob)
+    os.replace(tmp, path)
+    drop_older(path, pattern)
 
 
 def drop_older(kept, pattern):

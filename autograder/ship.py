@@ -9,10 +9,8 @@ from __future__ import annotations
 import ast
 import inspect
 import io
-import os
 import pickletools
 import shutil
-import tempfile
 import textwrap
 import warnings
 import zipfile
@@ -24,7 +22,7 @@ import torch
 from autograder.checks import catalogue, comparing, edits, relations, running, travel, variants
 from autograder.checks.cases import Outcome
 from autograder import registry
-from autograder.course import cache_dir, digest, drop_older
+from autograder.course import cache_dir, digest, keep
 from autograder.mutants import source_of
 from autograder.reference_data import FORMAT
 
@@ -207,12 +205,9 @@ def notebook_data(root, name):
     with warnings.catch_warnings():  # some catalogued mistakes warn on purpose
         warnings.simplefilter("ignore")
         data = {"format": FORMAT, "exercises": [exercise_data(ex) for ex in registry.for_notebook(name)]}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=path.parent)
-    with os.fdopen(fd, "wb") as f:
-        torch.save(data, f)
-    os.replace(tmp, path)  # atomic: a process computing it at the same time writes the same
-    drop_older(path, f"{name}-*.pt")
+    blob = io.BytesIO()
+    torch.save(data, blob)
+    keep(path, blob.getvalue(), f"{name}-*.pt")
     return path
 
 

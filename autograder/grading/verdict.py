@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import base64
 import io
-import os
 import re
-import tempfile
 import warnings
 
 import torch
@@ -23,7 +21,7 @@ from nbformat.v4 import new_output
 from autograder.checks import comparing, driver, running, travel
 from autograder.checks.cases import DEVICE, Outcome
 from autograder import registry, ship, wire
-from autograder.course import cache_dir, drop_older
+from autograder.course import cache_dir, keep
 from autograder.api import RESULT_MIME, explain, result_data
 from autograder.checks.charging import charged_once
 from autograder.record import MIME
@@ -76,12 +74,7 @@ def _computed(path, name, exercises):
     outcomes = {ex.name: [_storable(*running.reference_outcome(ex, case)) for case in ex.cases()] for ex in exercises}
     blob = io.BytesIO()
     torch.save({"cases": cases_for(name), "outcomes": outcomes}, blob)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=path.parent)
-    with os.fdopen(fd, "wb") as f:
-        f.write(blob.getvalue())
-    os.replace(tmp, path)  # atomic: another process computing it at the same time writes the same
-    drop_older(path, f"{name}-*.pt")
+    keep(path, blob.getvalue(), f"{name}-*.pt")
     return _cases[name]
 
 
