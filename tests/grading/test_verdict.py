@@ -98,17 +98,47 @@ print("torch._dynamo" in sys.modules)
 """
 
 
-@pytest.mark.parametrize("name,code,loaded", [("causal_mask", "reference", True), ("causal_mask", "stub", False),
-                                              ("scaled_dot_product_attention", "reference", False)])
-def test_a_check_with_a_device_part_loads_the_meta_kernels_once_in_the_kernel_not_in_each_child(name, code, loaded, tmp_path):
-    """PyTorch's meta kernels load torch._dynamo (about 2 s): the kernel loads it before the first check whose code can
-    reach them, so that no check's child loads it again; a stub's check, or one with no device part, does not."""
+@pytest.mark.parametrize("name,code", [("causal_mask", "reference"), ("causal_mask", "stub"),
+                                       ("scaled_dot_product_attention", "reference")])
+def test_a_graded_kernel_never_loads_torch_dynamo(name, code, tmp_path):
+    """PyTorch's meta kernels would load torch._dynamo (over a second of CPU) at their first call: a graded kernel marks
+    them beforehand, whatever the check (with a device part or not, written or a stub)."""
     path = tmp_path / "cases.pt"
     path.write_bytes(verdict.cases_for("05_self_attention"))
     done = subprocess.run([sys.executable, "-c", LOADED_AFTER, name, code], capture_output=True, text=True,
                           env=os.environ | {record.CASES: str(path)}, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split()[-1] == str(loaded)
+    assert done.stdout.split()[-1] == "False"
+
+
+EVERY_DEVICE_CASE = """
+import sys
+import torch
+from autograder import record, registry
+from autograder.checks import running
+from autograder.inputs import DEVICE
+
+record._mark_meta_kernels()
+for ex in registry.all_exercises():
+    for case in ex.cases():
+        if case.part == DEVICE:
+            got = running.run(ex, ex.reference, case)
+            assert got.error is None, (ex.name, case.label, got.error)
+            assert not any(t.device.type != "meta" for t in running.tensors_in(got.outputs)), (ex.name, case.label)
+print("torch._dynamo" in sys.modules)
+"""
+
+
+def test_the_reference_runs_every_device_case_of_the_course_with_the_meta_kernels_marked_and_no_torch_dynamo():
+    """The marks stand in for all of PyTorch's meta kernels the course's cases reach: with them, the reference runs
+    every case on the meta device without an error and nothing loads torch._dynamo; without them, those cases do."""
+    marked = subprocess.run([sys.executable, "-c", EVERY_DEVICE_CASE], capture_output=True, text=True, timeout=600)
+    assert marked.returncode == 0, marked.stderr
+    assert marked.stdout.split()[-1] == "False"
+    unmarked = subprocess.run([sys.executable, "-c", EVERY_DEVICE_CASE.replace("record._mark_meta_kernels()", "")],
+                              capture_output=True, text=True, timeout=600)
+    assert unmarked.returncode == 0, unmarked.stderr
+    assert unmarked.stdout.split()[-1] == "True"
 
 
 def test_a_stub_is_told_from_written_code_without_running_any_of_it():
