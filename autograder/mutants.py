@@ -14,6 +14,7 @@ notebook as a learner would have typed it.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import linecache
 import sys
@@ -51,7 +52,7 @@ def swap(old, new="", every=False):
 
 def mutant(reference, edit, label):
     """The reference (a function or class) with `edit` applied to its source: a new object of the same name."""
-    source = edit.apply(textwrap.dedent(inspect.getsource(reference)), label)
+    source = edit.apply(_reference_source(reference), label)
     filename = f"<mistake {label}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     # Compiled in the reference module's own namespace, so that the mistake sees what the
@@ -71,6 +72,12 @@ def mutant(reference, edit, label):
     made.__qualname__ = f"{reference.__qualname__} ({label})"  # inspect.getsource of a class would find the reference's
     made.__mutant_source__ = source
     return made
+
+
+@functools.cache
+def _reference_source(reference):
+    """The reference's own source, read once for all of its mistakes: a class's is found by parsing its whole module."""
+    return textwrap.dedent(inspect.getsource(reference))
 
 
 def source_of(obj):
