@@ -220,6 +220,8 @@ def cached_merges(train_text, vocab_size, folder=None):
     path = Path(folder or cache_dir()) / f"bpe-{key}-{vocab_size}.json"
     if path.is_file():
         return [tuple(pair) for pair in json.loads(path.read_text())]
+    print(f"learning {vocab_size - 256} BPE merges on {len(train_text):,} characters: the first run only, kept in {path.parent}",
+          flush=True)  # several seconds, inside a run's budget of time
     merges = course_gpt.learn_merges(train_text, vocab_size)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # processes that train at once never read half a file

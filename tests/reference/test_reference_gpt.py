@@ -266,13 +266,15 @@ def test_learned_merges_are_notebook_09s(text):
     assert learn_merges("ab ab", 300) == bpe.train_bpe("ab ab", 300)  # runs out of pairs
 
 
-def test_tokenize_trains_on_the_training_part_and_caches_the_merges(text, tmp_path):
+def test_tokenize_trains_on_the_training_part_and_caches_the_merges(text, tmp_path, capsys):
     train_text, held_out_text = text[0][:5000], text[1]
     tokenizer, train, held_out = tokenize(train_text, held_out_text, 256 + 30, folder=tmp_path)
+    assert capsys.readouterr().out == f"learning 30 BPE merges on 5,000 characters: the first run only, kept in {tmp_path}\n"
     assert tokenizer.merges == bpe.train_bpe(train_text, 256 + 30) and tokenizer.V == 256 + 30
     assert tokenizer.decode(held_out.tolist()) == held_out_text and train.dtype == torch.long
     assert len(list(tmp_path.iterdir())) == 1
     assert cached_merges(train_text, 256 + 30, tmp_path) == tokenizer.merges  # read back from the file
+    assert capsys.readouterr().out == ""  # and says nothing
     chars, train_c, held_out_c = tokenize(*text, kind="char")
     assert chars.V == len(set(text[0])) and chars.decode(held_out_c.tolist()) == text[1]
     with pytest.raises(ValueError, match="outside the vocabulary"):
